@@ -1,0 +1,263 @@
+//! Weir as the SCRAM server, verifying a client (PostgreSQL's auth-scram.c).
+
+use std::fmt;
+
+use super::keys::{self, Key};
+use super::messages::{is_printable, Attrs};
+use super::DEFAULT_ITERATIONS;
+use crate::{b64, ct, scram_secret, AuthError, ScramSecret, Secret};
+
+/// One SCRAM exchange with a client.
+pub struct ServerSession {
+    secret: ScramSecret,
+    state: State,
+    #[cfg(test)]
+    fixed_nonce: Option<String>,
+}
+
+enum State {
+    Initial,
+    SentFirst {
+        cbind_flag: u8,
+        client_first_bare: Vec<u8>,
+        server_first: Vec<u8>,
+        nonce: Vec<u8>,
+    },
+    Finished,
+}
+
+/// The outcome of a successful exchange.
+pub struct ServerFinal {
+    /// server-final-message (`v=<ServerSignature>`) for AuthenticationSASLFinal.
+    pub message: Vec<u8>,
+    /// The client's ClientKey, recovered from its proof.
+    pub client_key: [u8; 32],
+    pub server_key: [u8; 32],
+}
+
+impl fmt::Debug for ServerFinal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerFinal")
+            .field("message", &String::from_utf8_lossy(&self.message))
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for ServerSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Initial => "Initial",
+            State::SentFirst { .. } => "SentFirst",
+            State::Finished => "Finished",
+        };
+        f.debug_struct("ServerSession")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerSession {
+    /// `None` for md5 secrets: SCRAM needs the password or a SCRAM verifier.
+    /// A plaintext secret gets a fresh verifier (random 16-byte salt, 4096
+    /// iterations), as PostgreSQL would have stored.
+    pub fn new(secret: &Secret) -> Option<ServerSession> {
+        let secret = match secret {
+            Secret::Plain(password) => {
+                scram_secret(password, &keys::random_bytes::<16>(), DEFAULT_ITERATIONS)
+            }
+            Secret::Scram(scram) => scram.clone(),
+            Secret::Md5(_) => return None,
+        };
+        Some(ServerSession::from_scram(secret))
+    }
+
+    pub fn from_scram(secret: ScramSecret) -> ServerSession {
+        ServerSession {
+            secret,
+            state: State::Initial,
+            #[cfg(test)]
+            fixed_nonce: None,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_nonce(secret: ScramSecret, server_nonce: &str) -> ServerSession {
+        ServerSession {
+            fixed_nonce: Some(server_nonce.to_owned()),
+            ..ServerSession::from_scram(secret)
+        }
+    }
+
+    fn server_nonce(&self) -> String {
+        #[cfg(test)]
+        if let Some(nonce) = &self.fixed_nonce {
+            return nonce.clone();
+        }
+        keys::new_nonce()
+    }
+
+    /// Takes SASLInitialResponse data (gs2 header + client-first-message-bare)
+    /// and returns server-first-message for AuthenticationSASLContinue.
+    pub fn client_first(&mut self, data: &[u8]) -> Result<Vec<u8>, AuthError> {
+        if !matches!(self.state, State::Initial) {
+            return Err(AuthError::OutOfOrder);
+        }
+        self.state = State::Finished;
+        let (cbind_flag, client_first_bare, client_nonce) = parse_client_first(data)?;
+
+        let mut nonce = client_nonce.to_vec();
+        nonce.extend_from_slice(self.server_nonce().as_bytes());
+        let mut server_first = b"r=".to_vec();
+        server_first.extend_from_slice(&nonce);
+        server_first.extend_from_slice(
+            format!(
+                ",s={},i={}",
+                b64::encode(&self.secret.salt),
+                self.secret.iterations
+            )
+            .as_bytes(),
+        );
+
+        self.state = State::SentFirst {
+            cbind_flag,
+            client_first_bare: client_first_bare.to_vec(),
+            server_first: server_first.clone(),
+            nonce,
+        };
+        Ok(server_first)
+    }
+
+    /// Takes SASLResponse data (client-final-message) and checks the proof.
+    pub fn client_final(&mut self, data: &[u8]) -> Result<ServerFinal, AuthError> {
+        let State::SentFirst {
+            cbind_flag,
+            client_first_bare,
+            server_first,
+            nonce,
+        } = std::mem::replace(&mut self.state, State::Finished)
+        else {
+            return Err(AuthError::OutOfOrder);
+        };
+        let msg = parse_client_final(data)?;
+
+        // "n,," or "y,," base64-encoded: the only gs2 headers we let through
+        let expected_cbind: &[u8] = if cbind_flag == b'y' { b"eSws" } else { b"biws" };
+        if msg.channel_binding != expected_cbind {
+            return Err(AuthError::Malformed(
+                "unexpected SCRAM channel-binding attribute in client-final-message",
+            ));
+        }
+        if msg.nonce != nonce.as_slice() {
+            return Err(AuthError::NonceMismatch);
+        }
+
+        let auth_message =
+            keys::auth_message_parts(&client_first_bare, &server_first, msg.without_proof);
+        let client_signature = keys::hmac(&self.secret.stored_key, &auth_message);
+        let client_key = keys::xor(&msg.proof, &client_signature);
+        if !ct::eq(&keys::sha256(&client_key), &self.secret.stored_key) {
+            return Err(AuthError::WrongPassword);
+        }
+
+        let server_signature = keys::hmac(&self.secret.server_key, &auth_message);
+        let mut message = b"v=".to_vec();
+        message.extend_from_slice(b64::encode(&server_signature).as_bytes());
+        Ok(ServerFinal {
+            message,
+            client_key,
+            server_key: self.secret.server_key,
+        })
+    }
+}
+
+/// Splits client-first-message into its cbind flag, the bare part and the
+/// client nonce, rejecting what PostgreSQL rejects.
+fn parse_client_first(data: &[u8]) -> Result<(u8, &[u8], &[u8]), AuthError> {
+    // PostgreSQL reads these as C strings; an embedded NUL is garbage.
+    if data.contains(&0) {
+        return Err(AuthError::Malformed("NUL byte in client-first-message"));
+    }
+    let cbind_flag = match data.first() {
+        // 'y': the client could bind but thinks we cannot, which is true, so
+        // this is no downgrade.
+        Some(&flag @ (b'n' | b'y')) => flag,
+        Some(b'p') => return Err(AuthError::UnsupportedChannelBinding),
+        _ => return Err(AuthError::Malformed("unexpected channel-binding flag")),
+    };
+    let rest = match data.get(1..) {
+        Some([b',', rest @ ..]) => rest,
+        _ => {
+            return Err(AuthError::Malformed(
+                "comma expected after channel-binding flag",
+            ))
+        }
+    };
+    let client_first_bare = match rest {
+        [b'a', ..] => return Err(AuthError::UnsupportedAuthzid),
+        [b',', bare @ ..] => bare,
+        _ => {
+            return Err(AuthError::Malformed(
+                "unexpected attribute in client-first-message",
+            ))
+        }
+    };
+    if client_first_bare.first() == Some(&b'm') {
+        return Err(AuthError::UnsupportedExtension);
+    }
+
+    let mut attrs = Attrs::new(client_first_bare);
+    // The user name is ignored, as PostgreSQL does: the startup packet's wins.
+    attrs.expect(b'n', "user name expected in client-first-message")?;
+    let client_nonce = attrs.expect(b'r', "nonce expected in client-first-message")?;
+    if client_nonce.is_empty() || !is_printable(client_nonce) {
+        return Err(AuthError::Malformed(
+            "non-printable characters in SCRAM nonce",
+        ));
+    }
+    // optional extensions, none of which we understand
+    while attrs.next_any()?.is_some() {}
+    Ok((cbind_flag, client_first_bare, client_nonce))
+}
+
+struct ClientFinal<'a> {
+    channel_binding: &'a [u8],
+    nonce: &'a [u8],
+    proof: Key,
+    without_proof: &'a [u8],
+}
+
+fn parse_client_final(data: &[u8]) -> Result<ClientFinal<'_>, AuthError> {
+    let mut attrs = Attrs::new(data);
+    let channel_binding = attrs.expect(b'c', "channel binding expected in client-final-message")?;
+    let nonce = attrs.expect(b'r', "nonce expected in client-final-message")?;
+    let (proof_start, proof) = loop {
+        let start = attrs.pos();
+        match attrs.next_any()? {
+            Some((b'p', value)) => break (start, value),
+            Some(_) => continue, // extensions before the proof are ignored
+            None => {
+                return Err(AuthError::Malformed(
+                    "proof missing in client-final-message",
+                ))
+            }
+        }
+    };
+    if !attrs.is_empty() {
+        return Err(AuthError::Malformed(
+            "garbage at end of client-final-message",
+        ));
+    }
+    let proof = b64::decode_key(proof).ok_or(AuthError::Malformed(
+        "malformed proof in client-final-message",
+    ))?;
+    // everything before ",p="
+    let without_proof = data
+        .get(..proof_start.saturating_sub(1))
+        .unwrap_or_default();
+    Ok(ClientFinal {
+        channel_binding,
+        nonce,
+        proof,
+        without_proof,
+    })
+}

@@ -1,0 +1,108 @@
+//! Which settings Weir acts on. Anything else that a config file sets (to a
+//! non-default value) is accepted but reported in `Config::notices`, so an
+//! operator migrating from PgBouncer sees what Weir ignores. Extend these
+//! lists as features land.
+
+use crate::enums::SslMode;
+use crate::general::General;
+
+/// `[pgbouncer]` options Weir implements.
+pub const IMPLEMENTED: &[&str] = &[
+    "admin_users",
+    "application_name_add_host",
+    "auth_file",
+    "auth_type",
+    "client_login_timeout",
+    "default_pool_size",
+    "ignore_startup_parameters",
+    "job_name",
+    "listen_addr",
+    "listen_backlog",
+    "listen_port",
+    "log_connections",
+    "log_disconnections",
+    "log_pooler_errors",
+    "logfile",
+    "max_client_conn",
+    "max_packet_size",
+    "pidfile",
+    "pkt_buf",
+    "pool_mode",
+    "query_wait_timeout",
+    "server_connect_timeout",
+    "server_idle_timeout",
+    "server_lifetime",
+    "server_login_retry",
+    "server_reset_query",
+    "server_reset_query_always",
+    "so_reuseport",
+    "stats_users",
+    "syslog",
+    "syslog_facility",
+    "syslog_ident",
+    "tcp_keepalive",
+    "tcp_user_timeout",
+    "unix_socket_dir",
+    "unix_socket_group",
+    "unix_socket_mode",
+    "user",
+    "verbose",
+];
+
+/// `[databases]` connection-string parameters Weir implements.
+pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
+    "client_encoding",
+    "connect_query",
+    "datestyle",
+    "dbname",
+    "host",
+    "max_db_connections",
+    "password",
+    "pool_mode",
+    "pool_size",
+    "port",
+    "timezone",
+    "user",
+];
+
+/// `[users]` parameters Weir implements.
+pub const IMPLEMENTED_USER_PARAMS: &[&str] = &["max_user_connections", "pool_mode", "pool_size"];
+
+/// Whether the current value of a `[pgbouncer]` option is one Weir honours.
+/// The TLS modes are implemented only for values that need no TLS.
+pub fn option_is_implemented(name: &str, general: &General) -> bool {
+    match name {
+        "server_tls_sslmode" => matches!(
+            general.server_tls_sslmode,
+            SslMode::Disable | SslMode::Allow | SslMode::Prefer
+        ),
+        "client_tls_sslmode" => general.client_tls_sslmode == SslMode::Disable,
+        _ => IMPLEMENTED.contains(&name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_options_exist() {
+        for name in IMPLEMENTED {
+            assert!(General::OPTION_NAMES.contains(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn tls_modes_depend_on_value() {
+        let mut g = General::default();
+        assert!(option_is_implemented("server_tls_sslmode", &g));
+        g.server_tls_sslmode = SslMode::Disable;
+        assert!(option_is_implemented("server_tls_sslmode", &g));
+        g.server_tls_sslmode = SslMode::Require;
+        assert!(!option_is_implemented("server_tls_sslmode", &g));
+        assert!(option_is_implemented("client_tls_sslmode", &g));
+        g.client_tls_sslmode = SslMode::Allow;
+        assert!(!option_is_implemented("client_tls_sslmode", &g));
+        assert!(!option_is_implemented("query_timeout", &g));
+    }
+}

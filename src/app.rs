@@ -1,0 +1,213 @@
+//! The state every task shares: the current configuration snapshot, the pools, the cancel
+//! registry and the shutdown signal.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+use weir_auth::Secret;
+use weir_config::{AuthFile, Config, Database, PoolMode};
+
+use crate::cancel::CancelRegistry;
+use crate::pool::{Pool, PoolSettings};
+use crate::server::{ServerAddr, ServerTarget};
+
+/// A configuration and the auth_file it names, loaded together and swapped together.
+pub struct Snapshot {
+    pub config: Config,
+    pub auth_file: AuthFile,
+}
+
+impl Snapshot {
+    pub fn load(path: &Path) -> Result<Snapshot, String> {
+        let config = weir_config::load(path).map_err(|e| e.to_string())?;
+        let auth_file = match &config.general.auth_file {
+            Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
+            None => AuthFile::default(),
+        };
+        Ok(Snapshot { config, auth_file })
+    }
+
+    /// The database entry a client's database name resolves to, with the name PostgreSQL
+    /// should see: an explicit entry, else the `*` fallback under the client's own name.
+    pub fn resolve_database(&self, name: &str) -> Option<(Database, String)> {
+        if let Some(db) = self.config.database(name) {
+            let server_db = db.dbname.clone().unwrap_or_else(|| name.to_owned());
+            return Some((db.clone(), server_db));
+        }
+        let db = self.config.fallback_database.as_ref()?;
+        Some((
+            db.clone(),
+            db.dbname.clone().unwrap_or_else(|| name.to_owned()),
+        ))
+    }
+
+    pub fn secret(&self, user: &str) -> Option<Secret> {
+        self.auth_file.get(user).map(|s| Secret::parse(s))
+    }
+
+    pub fn pool_mode(&self, db: &Database, user: &str) -> PoolMode {
+        self.config
+            .users
+            .get(user)
+            .and_then(|u| u.pool_mode)
+            .or(db.pool_mode)
+            .unwrap_or(self.config.general.pool_mode)
+    }
+}
+
+pub struct App {
+    pub config_path: PathBuf,
+    pub snapshot: ArcSwap<Snapshot>,
+    pools: Mutex<HashMap<(String, String), Arc<Pool>>>,
+    /// Targets by pool, to tell on reload which pools now reach their servers differently.
+    generation: AtomicU64,
+    pub cancels: Arc<CancelRegistry>,
+    pub clients: AtomicUsize,
+    pub shutdown: CancellationToken,
+}
+
+impl App {
+    pub fn new(config_path: PathBuf, snapshot: Snapshot) -> Arc<App> {
+        Arc::new(App {
+            config_path,
+            snapshot: ArcSwap::from_pointee(snapshot),
+            pools: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(1),
+            cancels: Arc::new(CancelRegistry::default()),
+            clients: AtomicUsize::new(0),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Pool>>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool for a database entry and the user Weir logs in as, created on first use.
+    pub fn pool(&self, snap: &Snapshot, db_name: &str, client_user: &str) -> Option<Arc<Pool>> {
+        let (db, server_db) = snap.resolve_database(db_name)?;
+        let server_user = db.user.clone().unwrap_or_else(|| client_user.to_owned());
+        let key = (db_name.to_owned(), server_user.clone());
+        let mut pools = self.pools();
+        if let Some(p) = pools.get(&key) {
+            return Some(p.clone());
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let settings = pool_settings(snap, &db, &server_db, &server_user, client_user, generation);
+        let pool = Pool::new(db_name.to_owned(), server_user, settings);
+        pools.insert(key, pool.clone());
+        Some(pool)
+    }
+
+    /// Swaps in a reloaded configuration. Pools keep their servers unless the way to reach
+    /// them changed; pools whose database is gone keep serving their current clients.
+    pub fn apply(&self, snap: Snapshot) {
+        let pools: Vec<_> = self.pools().values().cloned().collect();
+        for pool in pools {
+            let Some((db, server_db)) = snap.resolve_database(&pool.database) else {
+                continue;
+            };
+            let old = pool.settings();
+            let mut settings = pool_settings(
+                &snap,
+                &db,
+                &server_db,
+                &pool.user,
+                &pool.user,
+                old.target.generation,
+            );
+            if !same_target(&settings.target, &old.target) {
+                settings.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
+            }
+            pool.update_settings(settings);
+        }
+        self.snapshot.store(Arc::new(snap));
+    }
+}
+
+fn same_target(a: &ServerTarget, b: &ServerTarget) -> bool {
+    a.addr == b.addr
+        && a.user == b.user
+        && a.database == b.database
+        && a.secret == b.secret
+        && a.startup_params == b.startup_params
+        && a.connect_query == b.connect_query
+}
+
+/// Where PostgreSQL's Unix socket is when a database entry names no host.
+fn default_socket_dir() -> &'static str {
+    if Path::new("/var/run/postgresql").is_dir() {
+        "/var/run/postgresql"
+    } else {
+        "/tmp"
+    }
+}
+
+fn server_addr(db: &Database) -> ServerAddr {
+    let port = db.port_for(0);
+    match db.host.first().map(String::as_str) {
+        None | Some("") => ServerAddr::Unix {
+            path: PathBuf::from(format!("{}/.s.PGSQL.{port}", default_socket_dir())),
+        },
+        Some(h) if h.starts_with('/') => ServerAddr::Unix {
+            path: PathBuf::from(format!("{h}/.s.PGSQL.{port}")),
+        },
+        Some(h) => ServerAddr::Tcp {
+            host: h.to_owned(),
+            port,
+        },
+    }
+}
+
+fn pool_settings(
+    snap: &Snapshot,
+    db: &Database,
+    server_db: &str,
+    server_user: &str,
+    client_user: &str,
+    generation: u64,
+) -> PoolSettings {
+    let g = &snap.config.general;
+    let user = snap.config.users.get(client_user);
+    let secret = match (&db.user, &db.password) {
+        (Some(_), Some(p)) => Some(Secret::parse(p)),
+        _ => snap.secret(server_user),
+    };
+    let mut startup_params = Vec::new();
+    for (name, value) in [
+        ("client_encoding", &db.client_encoding),
+        ("DateStyle", &db.datestyle),
+        ("TimeZone", &db.timezone),
+    ] {
+        if let Some(v) = value {
+            startup_params.push((name.to_owned(), v.clone()));
+        }
+    }
+    PoolSettings {
+        pool_size: user
+            .and_then(|u| u.pool_size)
+            .or(db.pool_size)
+            .unwrap_or(g.default_pool_size) as usize,
+        target: ServerTarget {
+            addr: server_addr(db),
+            user: server_user.to_owned(),
+            database: server_db.to_owned(),
+            secret,
+            startup_params,
+            connect_query: db.connect_query.clone(),
+            connect_timeout: g.server_connect_timeout,
+            generation,
+        },
+        query_wait_timeout: g.query_wait_timeout,
+        server_lifetime: db.server_lifetime.unwrap_or(g.server_lifetime),
+        server_idle_timeout: g.server_idle_timeout,
+        server_login_retry: g.server_login_retry,
+        server_reset_query: g.server_reset_query.clone().unwrap_or_default(),
+        server_reset_query_always: g.server_reset_query_always,
+        round_robin: g.server_round_robin,
+    }
+}

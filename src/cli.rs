@@ -1,0 +1,97 @@
+//! The command line (PgBouncer's) and the process-level chores it asks for: daemonizing,
+//! switching user, the pidfile.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "PostgreSQL connection pooler, a drop-in replacement for PgBouncer"
+)]
+pub struct Args {
+    /// Run in the background (requires logfile or syslog).
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// Do not log to stderr.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+    /// More verbose logging; repeat for more.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Switch to this user at startup.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// The configuration file, in PgBouncer's pgbouncer.ini format.
+    pub config: PathBuf,
+}
+
+/// Refuses to start over the pidfile of a running instance; a stale one is replaced.
+pub fn check_pidfile(path: &Path) -> Result<(), String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    if let Ok(pid) = text.trim().parse::<i32>() {
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+            return Err(format!(
+                "pidfile {} exists and process {pid} is running: is another instance running?",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn daemonize() -> std::io::Result<()> {
+    // SAFETY: called before any threads exist (the runtime starts after), so fork is safe.
+    match unsafe { libc::fork() } {
+        -1 => return Err(std::io::Error::last_os_error()),
+        0 => {}
+        _ => std::process::exit(0),
+    }
+    // SAFETY: plain system calls on our own process and freshly opened descriptors.
+    unsafe {
+        if libc::setsid() == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn switch_user(name: &str) -> Result<(), String> {
+    let cname = CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
+    // SAFETY: getpwnam returns a pointer into static storage, read at once and not kept.
+    unsafe {
+        let pw = libc::getpwnam(cname.as_ptr());
+        if pw.is_null() {
+            return Err(format!("user {name} not found"));
+        }
+        let (uid, gid) = ((*pw).pw_uid, (*pw).pw_gid);
+        if libc::geteuid() == uid {
+            return Ok(());
+        }
+        if libc::initgroups(cname.as_ptr(), gid) != 0
+            || libc::setgid(gid) != 0
+            || libc::setuid(uid) != 0
+        {
+            return Err(format!(
+                "cannot switch to user {name}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! A client's first moments: the startup packet (and the SSL/GSS/cancel requests that share
+//! its framing), authentication against the auth_file, and the welcome.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWriteExt;
+use weir_auth::scram::{Credential, ServerSession, MECHANISM};
+use weir_auth::Secret;
+use weir_config::AuthType;
+
+use crate::app::{App, Snapshot};
+use crate::params::{tracked_name, ParamSet};
+use crate::pool::Pool;
+use crate::protocol::messages::{
+    self, AUTH_CLEARTEXT, AUTH_MD5, AUTH_OK, AUTH_SASL_CONTINUE, AUTH_SASL_FINAL,
+};
+use crate::protocol::reader::{read_message, read_startup_packet, ReadError};
+use crate::protocol::startup::{self, StartupPacket};
+use crate::protocol::{PgError, MAX_STARTUP_PACKET};
+use crate::server::BackendKey;
+use crate::stream::Stream;
+
+/// A client that has logged in: who it is, where it goes, what it asked for.
+pub struct LoggedIn {
+    pub user: String,
+    pub database: String,
+    pub pool: Arc<Pool>,
+    /// Tracked parameters the client set at startup (client_encoding, DateStyle, ...).
+    pub requested: ParamSet,
+    /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
+    pub scram_keys: Option<Credential>,
+}
+
+pub enum Outcome {
+    LoggedIn(LoggedIn),
+    /// The connection was a cancel request, now forwarded.
+    Cancel,
+    /// The client left before finishing (nothing to report).
+    Gone,
+}
+
+/// What went wrong, and whether the client should be told.
+pub struct Refusal {
+    pub error: PgError,
+    pub user: Option<String>,
+    pub database: Option<String>,
+}
+
+impl From<PgError> for Box<Refusal> {
+    fn from(error: PgError) -> Box<Refusal> {
+        Box::new(Refusal {
+            error,
+            user: None,
+            database: None,
+        })
+    }
+}
+
+fn read_error(e: ReadError) -> PgError {
+    match e {
+        ReadError::TooLarge(_) => PgError::fatal("08P01", "packet too large"),
+        _ => PgError::fatal("08P01", "bad packet header"),
+    }
+}
+
+pub async fn login(
+    app: &App,
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    peer: &str,
+) -> Result<Outcome, Box<Refusal>> {
+    let (minor, params) = loop {
+        let payload = match read_startup_packet(stream, buf, MAX_STARTUP_PACKET).await {
+            Ok(p) => p,
+            Err(ReadError::Closed) => return Ok(Outcome::Gone),
+            Err(e) => return Err(read_error(e).into()),
+        };
+        match startup::parse(&payload) {
+            Ok(StartupPacket::SslRequest) | Ok(StartupPacket::GssEncRequest) => {
+                if !buf.is_empty() {
+                    // Bytes after an SSLRequest, before our answer, could only be an attempt to
+                    // inject plaintext into what the client believes is a TLS session.
+                    return Err(PgError::fatal("08P01", "unexpected data after SSL request").into());
+                }
+                stream
+                    .write_all(b"N")
+                    .await
+                    .map_err(|_| PgError::fatal("08006", "client gone"))?;
+            }
+            Ok(StartupPacket::Cancel { pid, secret }) => {
+                app.cancels.cancel(BackendKey { pid, secret }).await;
+                return Ok(Outcome::Cancel);
+            }
+            Ok(StartupPacket::Startup { minor, params, .. }) => break (minor, params),
+            Err(startup::StartupError::Malformed) => {
+                return Err(PgError::fatal("08P01", "bad startup packet").into());
+            }
+            Err(e @ startup::StartupError::UnsupportedVersion(..)) => {
+                return Err(PgError::fatal("0A000", e.to_string()).into());
+            }
+        }
+    };
+
+    let snap = app.snapshot.load_full();
+    let mut user = None;
+    let mut database = None;
+    let mut requested = ParamSet::default();
+    let mut unsupported_options = Vec::new();
+    for (name, value) in params {
+        match name.as_str() {
+            "user" => user = Some(value),
+            "database" => database = Some(value),
+            n if n.starts_with("_pq_.") => unsupported_options.push(name),
+            n => {
+                if let Some(tracked) = tracked_name(n) {
+                    requested.set(tracked, &value);
+                } else if !snap
+                    .config
+                    .general
+                    .ignore_startup_parameters
+                    .iter()
+                    .any(|p| p.eq_ignore_ascii_case(n))
+                {
+                    return Err(PgError::fatal(
+                        "08P01",
+                        format!("unsupported startup parameter: {n}"),
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+    let user = match user {
+        Some(u) if !u.is_empty() => u,
+        _ => {
+            return Err(PgError::fatal(
+                "28000",
+                "no PostgreSQL user name specified in startup packet",
+            )
+            .into())
+        }
+    };
+    let database = match database {
+        Some(d) if !d.is_empty() => d,
+        _ => user.clone(),
+    };
+    let refuse = |error: PgError| {
+        Box::new(Refusal {
+            error,
+            user: Some(user.clone()),
+            database: Some(database.clone()),
+        })
+    };
+    if minor > 0 || !unsupported_options.is_empty() {
+        let mut out = BytesMut::new();
+        messages::negotiate_protocol_version(&mut out, 0, &unsupported_options);
+        stream
+            .write_all(&out)
+            .await
+            .map_err(|_| refuse(PgError::fatal("08006", "client gone")))?;
+    }
+    if snap.config.general.log_connections {
+        tracing::info!("{database}/{user}@{peer} login attempt");
+    }
+    if app.clients.load(std::sync::atomic::Ordering::Relaxed)
+        > snap.config.general.max_client_conn as usize
+    {
+        return Err(refuse(PgError::fatal(
+            "53300",
+            "no more connections allowed (max_client_conn)",
+        )));
+    }
+    if snap.resolve_database(&database).is_none() {
+        return Err(refuse(PgError::fatal(
+            "3D000",
+            format!("no such database: {database}"),
+        )));
+    }
+
+    let scram_keys = authenticate(&snap, stream, buf, &user)
+        .await
+        .map_err(refuse)?;
+    let pool = app.pool(&snap, &database, &user).ok_or_else(|| {
+        refuse(PgError::fatal(
+            "3D000",
+            format!("no such database: {database}"),
+        ))
+    })?;
+    if let Some(name) = requested.get("application_name").map(str::to_owned) {
+        if snap.config.general.application_name_add_host {
+            requested.set("application_name", &format!("{name} - {peer}"));
+        }
+    }
+    Ok(Outcome::LoggedIn(LoggedIn {
+        user,
+        database,
+        pool,
+        requested,
+        scram_keys,
+    }))
+}
+
+async fn send(stream: &mut Stream, out: &BytesMut) -> Result<(), PgError> {
+    stream.write_all(out).await.map_err(|_| {
+        PgError::fatal(
+            "08006",
+            "client closed the connection during authentication",
+        )
+    })
+}
+
+/// Reads the client's answer to an authentication request: a 'p' message.
+async fn read_password(stream: &mut Stream, buf: &mut BytesMut) -> Result<bytes::Bytes, PgError> {
+    let msg = read_message(stream, buf, MAX_STARTUP_PACKET)
+        .await
+        .map_err(read_error)?;
+    if msg.tag != b'p' {
+        return Err(PgError::fatal(
+            "08P01",
+            format!(
+                "expected password response, got message type {}",
+                msg.tag as char
+            ),
+        ));
+    }
+    Ok(msg.body)
+}
+
+fn password_failed(user: &str) -> PgError {
+    PgError::fatal(
+        "28P01",
+        format!("password authentication failed for user \"{user}\""),
+    )
+}
+
+/// Checks the client's credentials the way auth_type says. Returns the keys of a SCRAM
+/// exchange, which can log in to PostgreSQL in the client's stead.
+async fn authenticate(
+    snap: &Snapshot,
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    user: &str,
+) -> Result<Option<Credential>, PgError> {
+    let auth_type = snap.config.general.auth_type;
+    let secret = snap.secret(user);
+    let mut out = BytesMut::new();
+    let mut keys = None;
+    match (auth_type, &secret) {
+        (AuthType::Any, _) => {}
+        (AuthType::Trust, Some(_)) => {}
+        (AuthType::Trust, None) => {
+            return Err(PgError::fatal("28000", format!("no such user: {user}")))
+        }
+        (AuthType::Plain, _) => {
+            messages::auth_request(&mut out, AUTH_CLEARTEXT, &[]);
+            send(stream, &out).await?;
+            let body = read_password(stream, buf).await?;
+            let password = body.strip_suffix(&[0]).unwrap_or(&body);
+            match &secret {
+                Some(s) if weir_auth::plain_verify(user, s, password) => {}
+                _ => return Err(password_failed(user)),
+            }
+        }
+        (AuthType::Md5, Some(Secret::Plain(_) | Secret::Md5(_))) => {
+            let salt: [u8; 4] = rand::random();
+            messages::auth_request(&mut out, AUTH_MD5, &salt);
+            send(stream, &out).await?;
+            let body = read_password(stream, buf).await?;
+            let response = body.strip_suffix(&[0]).unwrap_or(&body);
+            if !secret
+                .as_ref()
+                .is_some_and(|s| weir_auth::md5_verify(user, s, salt, response))
+            {
+                return Err(password_failed(user));
+            }
+        }
+        // md5 with a SCRAM secret cannot work; PgBouncer upgrades the exchange to SCRAM.
+        (AuthType::Md5 | AuthType::ScramSha256, Some(s)) => {
+            let Some(session) = ServerSession::new(s) else {
+                return Err(password_failed(user));
+            };
+            keys = Some(scram_exchange(stream, buf, session, user).await?);
+        }
+        (AuthType::Md5 | AuthType::ScramSha256, None) => return Err(password_failed(user)),
+        (other, _) => {
+            return Err(PgError::fatal(
+                "28000",
+                format!("auth_type {} is not supported yet", other.as_str()),
+            ));
+        }
+    }
+    out.clear();
+    messages::auth_request(&mut out, AUTH_OK, &[]);
+    send(stream, &out).await?;
+    Ok(keys)
+}
+
+async fn scram_exchange(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    mut session: ServerSession,
+    user: &str,
+) -> Result<Credential, PgError> {
+    let malformed = || PgError::fatal("08P01", "malformed SCRAM message");
+    let mut out = BytesMut::new();
+    messages::auth_sasl_mechanisms(&mut out, &[MECHANISM]);
+    send(stream, &out).await?;
+
+    let mut initial = read_password(stream, buf).await?;
+    let nul = initial.iter().position(|b| *b == 0).ok_or_else(malformed)?;
+    if &initial[..nul] != MECHANISM.as_bytes() {
+        return Err(PgError::fatal(
+            "28000",
+            "client selected an invalid SASL authentication mechanism",
+        ));
+    }
+    initial.advance(nul + 1);
+    if initial.len() < 4 {
+        return Err(malformed());
+    }
+    let len = initial.get_i32();
+    if len < 0 || len as usize != initial.len() {
+        return Err(malformed());
+    }
+    let server_first = session.client_first(&initial).map_err(|_| malformed())?;
+    out.clear();
+    messages::auth_request(&mut out, AUTH_SASL_CONTINUE, &server_first);
+    send(stream, &out).await?;
+
+    let client_final = read_password(stream, buf).await?;
+    let done = session.client_final(&client_final).map_err(|e| match e {
+        weir_auth::AuthError::WrongPassword => password_failed(user),
+        _ => malformed(),
+    })?;
+    out.clear();
+    messages::auth_request(&mut out, AUTH_SASL_FINAL, &done.message);
+    send(stream, &out).await?;
+    Ok(Credential::Keys {
+        client_key: done.client_key,
+        server_key: done.server_key,
+    })
+}

@@ -1,0 +1,246 @@
+//! The hot path: bytes between a client and the server lent to it.
+//!
+//! One poll loop drives both directions at once (so a client that pipelines while the
+//! server streams results cannot deadlock the pair), forwards whole buffers as they arrive,
+//! and frames by header only. It looks inside just ReadyForQuery (to know when the server
+//! may go back to the pool) and ParameterStatus (to know the client's session parameters).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWrite;
+use tokio_util::io::poll_read_buf;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::Session;
+use crate::pool::PoolMode;
+use crate::protocol::framer::FrameError;
+use crate::protocol::PgError;
+use crate::server::ServerConn;
+
+/// Stop reading a side while this much of what it sent still waits to be written.
+const HIGH_WATER: usize = 256 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+/// PostgreSQL's own limit on a message (MaxAllocSize).
+const MAX_SERVER_MESSAGE: usize = 0x3fff_ffff;
+
+#[derive(Debug)]
+pub enum Event {
+    /// The server is idle with nothing outstanding: it may go back to the pool.
+    Idle,
+    /// The client sent Terminate; everything before it was forwarded.
+    ClientTerminated,
+    ClientGone,
+    ServerGone,
+    /// The client broke the protocol; it is told this and disconnected.
+    ClientProtocol(PgError),
+    /// A transaction was opened in statement pooling mode.
+    TransactionInStatementMode,
+}
+
+/// What the relay knows of the exchange with the current server.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    /// Queries and Syncs sent whose ReadyForQuery has not come back.
+    pub pending: u32,
+    /// Extended-protocol messages sent since the last Sync.
+    pub unsynced: bool,
+    /// A ReadyForQuery answered everything sent since the server was lent.
+    pub answered: bool,
+    /// The last transaction status: I (idle), T (in a transaction), E (failed transaction).
+    pub status: u8,
+    pub terminated: bool,
+}
+
+impl Exchange {
+    pub fn fresh() -> Exchange {
+        Exchange {
+            status: b'I',
+            ..Exchange::default()
+        }
+    }
+}
+
+fn reserve(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
+    }
+}
+
+impl Session {
+    /// True when the server can be handed to someone else without anything of this client
+    /// in flight in either direction.
+    pub fn server_is_clean(&self) -> bool {
+        let x = &self.exchange;
+        x.pending == 0
+            && !x.unsynced
+            && x.status == b'I'
+            && self.cframe.scanned() == 0
+            && self.cframe.at_boundary()
+            && self.sframe.at_boundary()
+            && self.sframe.scanned() == self.outbuf.len()
+    }
+
+    pub async fn relay(
+        &mut self,
+        server: &mut ServerConn,
+        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+    ) -> Event {
+        self.exchange.answered = false;
+        std::future::poll_fn(|cx| {
+            if !self.shutting_down && shutdown.as_mut().poll(cx).is_ready() {
+                self.shutting_down = true;
+            }
+            self.poll_relay(server, cx)
+        })
+        .await
+    }
+
+    fn poll_relay(&mut self, server: &mut ServerConn, cx: &mut Context<'_>) -> Poll<Event> {
+        let release_on_idle = self.mode != PoolMode::Session || self.shutting_down;
+        loop {
+            let mut progress = false;
+
+            if !self.exchange.terminated && self.inbuf.len() < HIGH_WATER {
+                reserve(&mut self.inbuf);
+                match poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        return Poll::Ready(Event::ClientGone)
+                    }
+                    Poll::Ready(Ok(_)) => progress = true,
+                    Poll::Pending => {}
+                }
+            }
+            if let Err(e) = self.scan_client() {
+                return Poll::Ready(Event::ClientProtocol(e));
+            }
+
+            let ready = self.cframe.scanned();
+            if ready > 0 {
+                match Pin::new(&mut server.stream).poll_write(cx, &self.inbuf[..ready]) {
+                    Poll::Ready(Ok(n)) => {
+                        self.inbuf.advance(n);
+                        self.cframe.consumed(n);
+                        progress = true;
+                    }
+                    Poll::Ready(Err(_)) => return Poll::Ready(Event::ServerGone),
+                    Poll::Pending => {}
+                }
+            }
+
+            if self.outbuf.len() < HIGH_WATER {
+                reserve(&mut self.outbuf);
+                match poll_read_buf(Pin::new(&mut server.stream), cx, &mut self.outbuf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        return Poll::Ready(Event::ServerGone)
+                    }
+                    Poll::Ready(Ok(_)) => progress = true,
+                    Poll::Pending => {}
+                }
+            }
+            match self.scan_server(server) {
+                Ok(()) => {}
+                Err(ev) => return Poll::Ready(ev),
+            }
+
+            let ready = self.sframe.scanned();
+            if ready > 0 {
+                match Pin::new(&mut self.stream).poll_write(cx, &self.outbuf[..ready]) {
+                    Poll::Ready(Ok(n)) => {
+                        self.outbuf.advance(n);
+                        self.sframe.consumed(n);
+                        progress = true;
+                    }
+                    Poll::Ready(Err(_)) => return Poll::Ready(Event::ClientGone),
+                    Poll::Pending => {}
+                }
+            }
+
+            if self.exchange.terminated && self.cframe.scanned() == 0 {
+                return Poll::Ready(Event::ClientTerminated);
+            }
+            if release_on_idle && self.exchange.answered && self.server_is_clean() {
+                return Poll::Ready(Event::Idle);
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn scan_client(&mut self) -> Result<(), PgError> {
+        if self.exchange.terminated {
+            return Ok(());
+        }
+        loop {
+            let frame = match self.cframe.next(&self.inbuf, self.max_packet, |_| false) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(FrameError::TooLarge(_)) => {
+                    return Err(PgError::fatal("08P01", "packet too large"))
+                }
+                Err(FrameError::BadLength) => {
+                    return Err(PgError::fatal("08P01", "bad packet header"))
+                }
+            };
+            let x = &mut self.exchange;
+            match frame.tag {
+                b'X' => {
+                    // Terminate ends the client, not the server: it is never forwarded.
+                    self.inbuf.truncate(frame.start);
+                    self.cframe.truncate(frame.start);
+                    x.terminated = true;
+                    return Ok(());
+                }
+                b'Q' | b'F' | b'S' => {
+                    x.pending += 1;
+                    x.unsynced = false;
+                    x.answered = false;
+                }
+                // COPY data and Flush do not change what the server owes the client.
+                b'd' | b'c' | b'f' | b'H' => {}
+                _ => {
+                    x.unsynced = true;
+                    x.answered = false;
+                }
+            }
+        }
+    }
+
+    fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
+        loop {
+            let frame = match self
+                .sframe
+                .next(&self.outbuf, MAX_SERVER_MESSAGE, |t| t == b'Z' || t == b'S')
+            {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(Event::ServerGone),
+            };
+            let Some(body) = frame.body else { continue };
+            match frame.tag {
+                b'Z' => {
+                    let x = &mut self.exchange;
+                    x.status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
+                    x.pending = x.pending.saturating_sub(1);
+                    if x.pending == 0 {
+                        x.answered = true;
+                        if self.mode == PoolMode::Statement && x.status != b'I' {
+                            return Err(Event::TransactionInStatementMode);
+                        }
+                    }
+                }
+                b'S' => {
+                    if let Some(name) = server.params.apply_status(&self.outbuf[body]) {
+                        if let Some(value) = server.params.get(name) {
+                            self.wanted.set(name, value);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Accepting clients on TCP (every listen_addr) and on the Unix socket.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, UnixListener};
+use weir_config::General;
+
+use crate::app::App;
+use crate::stream::Stream;
+
+/// A bound socket, made before the runtime exists (so a port in use is reported before
+/// daemonizing).
+pub enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener, PathBuf),
+}
+
+impl StdListener {
+    pub fn into_tokio(self) -> std::io::Result<Listener> {
+        Ok(match self {
+            StdListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            StdListener::Unix(l, path) => Listener::Unix(UnixListener::from_std(l)?, path),
+        })
+    }
+}
+
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn tcp_listener(addr: SocketAddr, g: &General) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if g.so_reuseport {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        // "*" binds :: and 0.0.0.0 separately, as PgBouncer does.
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(g.listen_backlog.min(i32::MAX as u32) as i32)?;
+    Ok(socket.into())
+}
+
+/// Binds everything the configuration asks for. Any failure is fatal at startup.
+pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
+    let mut listeners = Vec::new();
+    let port = g.listen_port;
+    for addr in &g.listen_addr {
+        let addr = addr.trim();
+        if addr.is_empty() {
+            continue;
+        }
+        let ips: Vec<IpAddr> = if addr == "*" {
+            vec![
+                "0.0.0.0".parse().expect("literal"),
+                "::".parse().expect("literal"),
+            ]
+        } else if let Ok(ip) = addr.parse::<IpAddr>() {
+            vec![ip]
+        } else {
+            use std::net::ToSocketAddrs;
+            (addr, port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve listen_addr {addr}: {e}"))?
+                .map(|a| a.ip())
+                .collect()
+        };
+        for ip in ips {
+            let sa = SocketAddr::new(ip, port);
+            match tcp_listener(sa, g) {
+                Ok(l) => listeners.push(StdListener::Tcp(l)),
+                // "*" on a host without IPv6 still serves IPv4.
+                Err(e) if addr == "*" && ip.is_ipv6() => {
+                    tracing::warn!("cannot listen on {sa}: {e}")
+                }
+                Err(e) => return Err(format!("cannot listen on {sa}: {e}")),
+            }
+        }
+    }
+    if let Some(dir) = g.unix_socket_dir.as_deref().filter(|d| !d.is_empty()) {
+        let path = PathBuf::from(dir).join(format!(".s.PGSQL.{port}"));
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                return Err(format!(
+                    "unix socket {} is in use by another process",
+                    path.display()
+                ));
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        let l = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let _ =
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(g.unix_socket_mode));
+        listeners.push(StdListener::Unix(l, path));
+    }
+    if listeners.is_empty() {
+        return Err("nothing to listen on: set listen_addr or unix_socket_dir".into());
+    }
+    Ok(listeners)
+}
+
+/// Accepts until shutdown; each client gets its own task.
+pub async fn run(app: Arc<App>, listener: Listener) {
+    loop {
+        let accepted = tokio::select! {
+            _ = app.shutdown.cancelled() => return,
+            r = accept(&listener) => r,
+        };
+        match accepted {
+            Ok(stream) => {
+                tokio::spawn(crate::client::serve(app.clone(), stream));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Stream> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+        Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+    }
+}

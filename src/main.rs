@@ -1,0 +1,194 @@
+//! Weir: a multi-threaded PostgreSQL connection pooler, a drop-in replacement for PgBouncer.
+
+mod app;
+mod cancel;
+mod cli;
+mod client;
+mod listener;
+mod logging;
+mod params;
+mod pool;
+mod protocol;
+mod server;
+mod stream;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+
+use app::{App, Snapshot};
+
+fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    let snap = match Snapshot::load(&args.config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let g = &snap.config.general;
+    if args.daemon && g.logfile.is_none() && !g.syslog {
+        eprintln!("weir: in daemon mode logfile or syslog must be set");
+        return ExitCode::FAILURE;
+    }
+    if let Some(pidfile) = &g.pidfile {
+        if let Err(e) = cli::check_pidfile(pidfile) {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    // Bind before daemonizing so that a port in use is reported to the terminal.
+    let listeners = match listener::bind_all_std(g) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.daemon {
+        if let Err(e) = cli::daemonize() {
+            eprintln!("weir: cannot daemonize: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let sinks = match logging::init(logging::LogOptions {
+        stderr: !args.quiet && !args.daemon,
+        logfile: g.logfile.clone(),
+        syslog: g
+            .syslog
+            .then(|| (g.syslog_ident.clone(), g.syslog_facility.clone())),
+        verbosity: args.verbose as u32 + g.verbose,
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: cannot open logfile: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let run_as = args.user.clone().or_else(|| g.user.clone());
+    if let Some(user) = run_as {
+        if let Err(e) = cli::switch_user(&user) {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    } else if unsafe_is_root() {
+        tracing::warn!("running as root: consider -u or the user option");
+    }
+    let pidfile = g.pidfile.clone();
+    if let Some(p) = &pidfile {
+        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+            tracing::error!("cannot write pidfile {}: {e}", p.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    for notice in &snap.config.notices {
+        tracing::warn!("{notice}");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(args.config.clone(), snap, listeners, sinks));
+    if let Some(p) = &pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    // Open connections are not worth an orderly teardown once we are exiting.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+async fn serve(
+    config_path: std::path::PathBuf,
+    snap: Snapshot,
+    listeners: Vec<listener::StdListener>,
+    sinks: logging::Sinks,
+) -> ExitCode {
+    let (Ok(mut hup), Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return ExitCode::FAILURE;
+    };
+    let app = App::new(config_path, snap);
+    for l in listeners {
+        match l.into_tokio() {
+            Ok(l) => {
+                tokio::spawn(listener::run(app.clone(), l));
+            }
+            Err(e) => {
+                tracing::error!("cannot listen: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    tracing::info!(
+        "weir {} started, process {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                sinks.reopen();
+                reload(&app, &app.config_path);
+            }
+            _ = int.recv() => {
+                tracing::info!("got SIGINT, shutting down when transactions finish");
+                app.shutdown.cancel();
+                break;
+            }
+            _ = term.recv() => {
+                tracing::info!("got SIGTERM, fast exit");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    // Safe shutdown: every client leaves as soon as it holds no server in a transaction.
+    loop {
+        let n = app.clients.load(Ordering::Relaxed);
+        if n == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = term.recv() => {
+                tracing::info!("got SIGTERM during shutdown, fast exit");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    tracing::info!("shutdown complete");
+    ExitCode::SUCCESS
+}
+
+fn reload(app: &Arc<App>, path: &Path) {
+    match Snapshot::load(path) {
+        Ok(snap) => {
+            for notice in &snap.config.notices {
+                tracing::warn!("{notice}");
+            }
+            app.apply(snap);
+            tracing::info!("configuration reloaded from {}", path.display());
+        }
+        Err(e) => tracing::error!("reload failed, keeping the old configuration: {e}"),
+    }
+}

@@ -1,0 +1,83 @@
+//! Session parameters as PostgreSQL reports them with ParameterStatus.
+
+/// Parameters a client may set at startup and that Weir keeps equal on whatever server the
+/// client is lent (PgBouncer's list, plus IntervalStyle).
+pub const TRACKED: &[&str] = &[
+    "client_encoding",
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+    "standard_conforming_strings",
+    "application_name",
+];
+
+/// The canonical spelling of a tracked parameter, matched case-insensitively as PostgreSQL
+/// does for GUC names.
+pub fn tracked_name(name: &str) -> Option<&'static str> {
+    TRACKED
+        .iter()
+        .copied()
+        .find(|t| t.eq_ignore_ascii_case(name))
+}
+
+/// A small ordered map: a handful of entries, so a Vec beats hashing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParamSet(Vec<(String, String)>);
+
+impl ParamSet {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn set(&mut self, name: &str, value: &str) {
+        match self.0.iter_mut().find(|(k, _)| k == name) {
+            Some((_, v)) => {
+                if v != value {
+                    value.clone_into(v);
+                }
+            }
+            None => self.0.push((name.to_owned(), value.to_owned())),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Parses a ParameterStatus body and records it; returns the name when it was well formed.
+    pub fn apply_status(&mut self, body: &[u8]) -> Option<&'static str> {
+        let mut parts = body.split(|b| *b == 0);
+        let name = std::str::from_utf8(parts.next()?).ok()?;
+        let value = std::str::from_utf8(parts.next()?).ok()?;
+        self.set(name, value);
+        tracked_name(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_and_apply_status() {
+        let mut p = ParamSet::default();
+        p.set("TimeZone", "UTC");
+        assert_eq!(
+            p.apply_status(b"TimeZone\0Europe/Paris\0"),
+            Some("TimeZone")
+        );
+        assert_eq!(p.get("TimeZone"), Some("Europe/Paris"));
+        assert_eq!(p.apply_status(b"server_version\x0015.1\0"), None);
+        assert_eq!(p.get("server_version"), Some("15.1"));
+        assert_eq!(p.apply_status(b"\xff\0x\0"), None);
+    }
+
+    #[test]
+    fn tracked_names_are_case_insensitive() {
+        assert_eq!(tracked_name("datestyle"), Some("DateStyle"));
+        assert_eq!(tracked_name("search_path"), None);
+    }
+}

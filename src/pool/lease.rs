@@ -1,0 +1,128 @@
+//! Guards that keep the pool's count of slots right whatever happens to the task holding
+//! one: a lent server (`Lease`), a slot being connected (`Slot`), a place in the queue
+//! (`Waiting`).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::{Grant, Pool};
+use crate::server::ServerConn;
+
+/// A server lent to one client. Dropping it closes the server and frees its slot;
+/// `release` returns it to the pool for the next client.
+pub struct Lease {
+    conn: Option<ServerConn>,
+    pool: Arc<Pool>,
+}
+
+impl Lease {
+    pub(super) fn new(conn: ServerConn, pool: Arc<Pool>) -> Lease {
+        Lease {
+            conn: Some(conn),
+            pool,
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Returns a clean, idle server to the pool.
+    pub fn release(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.checkin(conn);
+        }
+    }
+
+    /// Closes the server politely and frees its slot.
+    pub async fn close(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.forget();
+            conn.terminate().await;
+        }
+    }
+}
+
+impl Deref for Lease {
+    type Target = ServerConn;
+    fn deref(&self) -> &ServerConn {
+        // Only `release`/`close`/drop take the connection, and they consume the lease.
+        self.conn
+            .as_ref()
+            .expect("lease holds a connection until consumed")
+    }
+}
+
+impl DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut ServerConn {
+        self.conn
+            .as_mut()
+            .expect("lease holds a connection until consumed")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            self.pool.forget();
+        }
+    }
+}
+
+/// A slot granted for a new connection, given back if the connect fails or is abandoned.
+pub(super) struct Slot {
+    pool: Option<Arc<Pool>>,
+}
+
+impl Slot {
+    pub(super) fn new(pool: Arc<Pool>) -> Slot {
+        Slot { pool: Some(pool) }
+    }
+
+    pub(super) fn fill(mut self, conn: ServerConn) -> Lease {
+        let pool = self.pool.take().expect("slot filled once");
+        Lease::new(conn, pool)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.forget();
+        }
+    }
+}
+
+/// A place in the pool's queue. A grant that arrives as the waiter gives up (timeout, client
+/// gone) is handed back rather than lost with the receiver.
+pub(super) struct Waiting {
+    pool: Arc<Pool>,
+    rx: oneshot::Receiver<Grant>,
+}
+
+impl Waiting {
+    pub(super) fn new(pool: Arc<Pool>, rx: oneshot::Receiver<Grant>) -> Waiting {
+        Waiting { pool, rx }
+    }
+
+    pub(super) fn rx(&mut self) -> &mut oneshot::Receiver<Grant> {
+        &mut self.rx
+    }
+
+    pub(super) fn take_late_grant(&mut self) -> Option<Grant> {
+        self.rx.close();
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        match self.take_late_grant() {
+            Some(Grant::Server(conn)) => self.pool.checkin(conn),
+            Some(Grant::Connect) => self.pool.forget(),
+            None => {}
+        }
+    }
+}

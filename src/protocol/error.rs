@@ -1,0 +1,77 @@
+//! An error as PostgreSQL reports it: severity, SQLSTATE and message. Weir builds these for
+//! the clients it refuses and keeps the ones a server sends it while logging in.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgError {
+    pub severity: String,
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+impl PgError {
+    pub fn fatal(code: &str, message: impl Into<String>) -> PgError {
+        PgError {
+            severity: "FATAL".into(),
+            code: code.into(),
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// Parses the fields of an ErrorResponse/NoticeResponse body.
+    pub fn parse(body: &[u8]) -> PgError {
+        let mut e = PgError {
+            severity: "ERROR".into(),
+            code: "XX000".into(),
+            message: String::new(),
+            detail: None,
+        };
+        for field in body.split(|b| *b == 0) {
+            let Some((&tag, value)) = field.split_first() else {
+                continue;
+            };
+            let value = String::from_utf8_lossy(value).into_owned();
+            match tag {
+                b'S' => e.severity = value,
+                b'C' => e.code = value,
+                b'M' => e.message = value,
+                b'D' => e.detail = Some(value),
+                _ => {}
+            }
+        }
+        e
+    }
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.severity, self.code, self.message)
+    }
+}
+
+impl std::error::Error for PgError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_round_trips_the_builder() {
+        let err = PgError::fatal("28P01", "password authentication failed for user \"x\"");
+        let msg = crate::protocol::messages::error_response(&err);
+        assert_eq!(msg[0], b'E');
+        let parsed = PgError::parse(&msg[5..]);
+        assert_eq!(parsed, err);
+    }
+
+    #[test]
+    fn parse_tolerates_garbage() {
+        let e = PgError::parse(b"\0\0S");
+        assert_eq!(e.severity, "");
+        let e = PgError::parse(b"");
+        assert_eq!(e.code, "XX000");
+    }
+}

@@ -1,0 +1,179 @@
+//! Finds message boundaries in a stream that is forwarded as it arrives.
+//!
+//! The relay never waits for a whole message before passing bytes on: only the 5-byte
+//! header is read, the body is skipped over (possibly across many reads), except for the
+//! few message types the caller asks to see whole. Framing is by length, never by
+//! scanning for a byte: a 'Z' inside a data row is not ReadyForQuery.
+
+use std::ops::Range;
+
+use super::HEADER_LEN;
+
+#[derive(Debug, Default)]
+pub struct Framer {
+    /// Bytes of the buffer before this offset have been framed and may be forwarded.
+    scanned: usize,
+    /// Bytes of the current message's body that have not arrived yet.
+    skip: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub tag: u8,
+    /// Offset of the message header in the buffer.
+    pub start: usize,
+    /// The body, present only for tags the caller wanted whole.
+    pub body: Option<Range<usize>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("bad packet header")]
+    BadLength,
+    #[error("packet too large ({0} bytes)")]
+    TooLarge(usize),
+}
+
+impl Framer {
+    /// Frames the next message of `buf`, or returns None when more bytes are needed.
+    pub fn next(
+        &mut self,
+        buf: &[u8],
+        max_len: usize,
+        wants_body: impl Fn(u8) -> bool,
+    ) -> Result<Option<Frame>, FrameError> {
+        if self.skip > 0 {
+            let n = self.skip.min(buf.len() - self.scanned);
+            self.scanned += n;
+            self.skip -= n;
+            if self.skip > 0 {
+                return Ok(None);
+            }
+        }
+        let rest = &buf[self.scanned..];
+        if rest.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let tag = rest[0];
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        if len < 4 {
+            return Err(FrameError::BadLength);
+        }
+        if len > max_len {
+            return Err(FrameError::TooLarge(len));
+        }
+        let total = len + 1;
+        let start = self.scanned;
+        if wants_body(tag) {
+            if rest.len() < total {
+                return Ok(None);
+            }
+            self.scanned += total;
+            return Ok(Some(Frame {
+                tag,
+                start,
+                body: Some(start + HEADER_LEN..start + total),
+            }));
+        }
+        let have = rest.len().min(total);
+        self.scanned += have;
+        self.skip = total - have;
+        Ok(Some(Frame {
+            tag,
+            start,
+            body: None,
+        }))
+    }
+
+    /// How many leading bytes of the buffer are framed and may be forwarded.
+    pub fn scanned(&self) -> usize {
+        self.scanned
+    }
+
+    /// True between messages: nothing of a started message is still to come.
+    pub fn at_boundary(&self) -> bool {
+        self.skip == 0
+    }
+
+    /// The caller removed `n` bytes from the front of the buffer.
+    pub fn consumed(&mut self, n: usize) {
+        debug_assert!(n <= self.scanned);
+        self.scanned -= n.min(self.scanned);
+    }
+
+    /// The caller cut the buffer at a frame's start (dropping that message and what follows).
+    pub fn truncate(&mut self, at: usize) {
+        self.scanned = at;
+        self.skip = 0;
+    }
+
+    /// Forgets everything, for a buffer that was cleared.
+    pub fn reset(&mut self) {
+        *self = Framer::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn frames_by_length_not_by_content() {
+        let mut buf = msg(b'D', b"Z\0\0\0\x05I");
+        buf.extend(msg(b'Z', b"I"));
+        let mut f = Framer::default();
+        let a = f.next(&buf, 1 << 20, |t| t == b'Z').unwrap().unwrap();
+        assert_eq!((a.tag, a.body), (b'D', None));
+        let b = f.next(&buf, 1 << 20, |t| t == b'Z').unwrap().unwrap();
+        assert_eq!(b.tag, b'Z');
+        assert_eq!(&buf[b.body.unwrap()], b"I");
+        assert_eq!(f.next(&buf, 1 << 20, |_| false).unwrap(), None);
+        assert_eq!(f.scanned(), buf.len());
+    }
+
+    #[test]
+    fn skips_bodies_across_reads() {
+        let full = msg(b'd', &[7u8; 100]);
+        let mut f = Framer::default();
+        let mut buf = full[..10].to_vec();
+        assert_eq!(f.next(&buf, 1000, |_| false).unwrap().unwrap().tag, b'd');
+        assert_eq!(f.scanned(), 10);
+        assert!(!f.at_boundary());
+        // forward the 10 bytes, then the rest arrives
+        f.consumed(10);
+        buf = full[10..].to_vec();
+        assert_eq!(f.next(&buf, 1000, |_| false).unwrap(), None);
+        assert_eq!(f.scanned(), buf.len());
+        assert!(f.at_boundary());
+    }
+
+    #[test]
+    fn waits_for_wanted_bodies() {
+        let full = msg(b'S', b"TimeZone\0UTC\0");
+        let mut f = Framer::default();
+        assert_eq!(f.next(&full[..8], 1000, |_| true).unwrap(), None);
+        assert_eq!(f.scanned(), 0);
+        assert!(f.next(&full, 1000, |_| true).unwrap().is_some());
+    }
+
+    #[test]
+    fn rejects_bad_lengths() {
+        let mut f = Framer::default();
+        assert_eq!(
+            f.next(b"Q\0\0\0\x01", 1000, |_| false),
+            Err(FrameError::BadLength)
+        );
+        let mut f = Framer::default();
+        assert_eq!(
+            f.next(b"Q\0\x01\0\0", 1000, |_| false),
+            Err(FrameError::TooLarge(65536))
+        );
+    }
+}

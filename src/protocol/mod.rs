@@ -1,0 +1,16 @@
+//! The PostgreSQL v3 wire protocol, as much of it as a pooler needs: framing, the startup
+//! packets, and builders for the messages Weir itself originates.
+
+pub mod error;
+pub mod framer;
+pub mod messages;
+pub mod reader;
+pub mod startup;
+
+pub use error::PgError;
+
+/// Message header: one type byte and a 4-byte big-endian length that counts itself.
+pub const HEADER_LEN: usize = 5;
+
+/// PostgreSQL refuses startup packets larger than this (MAX_STARTUP_PACKET_LENGTH).
+pub const MAX_STARTUP_PACKET: usize = 10_000;

@@ -1,0 +1,125 @@
+//! The first packet a client sends: a StartupMessage, or one of the special requests that
+//! share its framing (SSL, GSS encryption, cancel).
+
+use super::messages::{CANCEL_REQUEST_CODE, GSSENC_REQUEST_CODE, SSL_REQUEST_CODE};
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum StartupPacket {
+    SslRequest,
+    GssEncRequest,
+    Cancel {
+        pid: u32,
+        secret: u32,
+    },
+    Startup {
+        major: u16,
+        minor: u16,
+        params: Vec<(String, String)>,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartupError {
+    #[error("bad startup packet")]
+    Malformed,
+    #[error("unsupported frontend protocol {0}.{1}: server supports 3.0")]
+    UnsupportedVersion(u16, u16),
+}
+
+/// Parses the payload after the length word.
+pub fn parse(payload: &[u8]) -> Result<StartupPacket, StartupError> {
+    let code = payload
+        .get(0..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or(StartupError::Malformed)?;
+    match code {
+        SSL_REQUEST_CODE => Ok(StartupPacket::SslRequest),
+        GSSENC_REQUEST_CODE => Ok(StartupPacket::GssEncRequest),
+        CANCEL_REQUEST_CODE => {
+            let rest = payload.get(4..12).ok_or(StartupError::Malformed)?;
+            Ok(StartupPacket::Cancel {
+                pid: u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]),
+                secret: u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
+            })
+        }
+        _ => {
+            let major = (code >> 16) as u16;
+            let minor = (code & 0xffff) as u16;
+            if major != 3 {
+                return Err(StartupError::UnsupportedVersion(major, minor));
+            }
+            Ok(StartupPacket::Startup {
+                major,
+                minor,
+                params: parse_params(&payload[4..])?,
+            })
+        }
+    }
+}
+
+fn parse_params(mut data: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
+    let mut params = Vec::new();
+    loop {
+        let name = take_cstr(&mut data)?;
+        if name.is_empty() {
+            break;
+        }
+        let value = take_cstr(&mut data)?;
+        params.push((name, value));
+    }
+    Ok(params)
+}
+
+fn take_cstr(data: &mut &[u8]) -> Result<String, StartupError> {
+    let end = data
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or(StartupError::Malformed)?;
+    let s = std::str::from_utf8(&data[..end])
+        .map_err(|_| StartupError::Malformed)?
+        .to_owned();
+    *data = &data[end + 1..];
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_startup_params() {
+        let mut p = 196_608u32.to_be_bytes().to_vec();
+        p.extend_from_slice(b"user\0bob\0database\0db\0\0");
+        assert_eq!(
+            parse(&p),
+            Ok(StartupPacket::Startup {
+                major: 3,
+                minor: 0,
+                params: vec![
+                    ("user".into(), "bob".into()),
+                    ("database".into(), "db".into())
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_old_protocol_and_garbage() {
+        assert_eq!(
+            parse(&0x0002_0000u32.to_be_bytes()),
+            Err(StartupError::UnsupportedVersion(2, 0))
+        );
+        let mut p = 196_608u32.to_be_bytes().to_vec();
+        p.extend_from_slice(b"user\0bob");
+        assert_eq!(parse(&p), Err(StartupError::Malformed));
+        assert_eq!(parse(b"\0\0"), Err(StartupError::Malformed));
+    }
+
+    #[test]
+    fn parses_cancel() {
+        let mut p = CANCEL_REQUEST_CODE.to_be_bytes().to_vec();
+        p.extend_from_slice(&7u32.to_be_bytes());
+        p.extend_from_slice(&9u32.to_be_bytes());
+        assert_eq!(parse(&p), Ok(StartupPacket::Cancel { pid: 7, secret: 9 }));
+    }
+}

@@ -1,0 +1,230 @@
+//! Opening a server connection: connect, authenticate, collect the session parameters.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+
+use weir_auth::scram::{ClientSession, Credential, MECHANISM};
+use weir_auth::Secret;
+
+use super::{BackendKey, ServerAddr, ServerConn};
+use crate::params::ParamSet;
+use crate::protocol::messages::{
+    self, AUTH_CLEARTEXT, AUTH_MD5, AUTH_OK, AUTH_SASL, AUTH_SASL_CONTINUE, AUTH_SASL_FINAL,
+};
+use crate::protocol::reader::read_message;
+use crate::protocol::PgError;
+use crate::stream::Stream;
+
+/// Everything needed to open one server connection for a pool.
+#[derive(Debug, Clone)]
+pub struct ServerTarget {
+    pub addr: ServerAddr,
+    pub user: String,
+    pub database: String,
+    /// The password or stored secret to answer the server's challenge with.
+    pub secret: Option<Secret>,
+    /// Startup parameters beyond user and database (client_encoding, DateStyle, ...).
+    pub startup_params: Vec<(String, String)>,
+    pub connect_query: Option<String>,
+    pub connect_timeout: Duration,
+    pub generation: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("server closed the connection")]
+    Closed,
+    #[error("server connection timed out")]
+    Timeout,
+    #[error("{0}")]
+    Server(PgError),
+    #[error("{0}")]
+    Auth(String),
+    #[error("protocol error: {0}")]
+    Protocol(&'static str),
+}
+
+impl ConnectError {
+    /// The error a client waiting on this connection is told.
+    pub fn to_client_error(&self) -> PgError {
+        match self {
+            ConnectError::Server(e) => {
+                let mut e = e.clone();
+                e.severity = "FATAL".into();
+                e
+            }
+            ConnectError::Timeout => PgError::fatal("08006", "server connection timed out"),
+            other => PgError::fatal("08006", format!("server login failed: {other}")),
+        }
+    }
+}
+
+/// Connects and logs in within the target's connect timeout.
+pub async fn connect(
+    target: &ServerTarget,
+    scram_keys: Option<Credential>,
+) -> Result<ServerConn, ConnectError> {
+    match tokio::time::timeout(target.connect_timeout, connect_inner(target, scram_keys)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
+async fn open(addr: &ServerAddr) -> io::Result<Stream> {
+    Ok(match addr {
+        ServerAddr::Tcp { host, port } => {
+            let s = TcpStream::connect((host.as_str(), *port)).await?;
+            s.set_nodelay(true)?;
+            Stream::Tcp(s)
+        }
+        ServerAddr::Unix { path } => Stream::Unix(UnixStream::connect(path).await?),
+    })
+}
+
+async fn connect_inner(
+    target: &ServerTarget,
+    scram_keys: Option<Credential>,
+) -> Result<ServerConn, ConnectError> {
+    let mut stream = open(&target.addr).await?;
+    let mut params: Vec<(&str, &str)> =
+        vec![("user", &target.user), ("database", &target.database)];
+    params.extend(
+        target
+            .startup_params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    stream
+        .write_all(&messages::startup_message(&params))
+        .await?;
+
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut out = BytesMut::new();
+    let mut scram: Option<ClientSession> = None;
+    let mut server_params = ParamSet::default();
+    let mut key = None;
+    loop {
+        let msg = read_message(&mut stream, &mut buf, 1 << 20).await?;
+        let mut body = msg.body;
+        match msg.tag {
+            b'R' => {
+                if body.len() < 4 {
+                    return Err(ConnectError::Protocol("short authentication request"));
+                }
+                let code = body.get_u32();
+                out.clear();
+                match code {
+                    AUTH_OK => {}
+                    AUTH_CLEARTEXT => match &target.secret {
+                        Some(Secret::Plain(p)) => {
+                            let mut data = p.as_bytes().to_vec();
+                            data.push(0);
+                            messages::password_message(&mut out, &data);
+                        }
+                        _ => {
+                            return Err(ConnectError::Auth(
+                                "server asks for a cleartext password, and none is configured"
+                                    .into(),
+                            ))
+                        }
+                    },
+                    AUTH_MD5 => {
+                        if body.len() < 4 {
+                            return Err(ConnectError::Protocol("short md5 salt"));
+                        }
+                        let salt = [body[0], body[1], body[2], body[3]];
+                        let response = target
+                            .secret
+                            .as_ref()
+                            .and_then(|s| weir_auth::md5_response(&target.user, s, salt))
+                            .ok_or_else(|| ConnectError::Auth("server asks for md5, and no password or md5 secret is configured".into()))?;
+                        let mut data = response.into_bytes();
+                        data.push(0);
+                        messages::password_message(&mut out, &data);
+                    }
+                    AUTH_SASL => {
+                        let offers_scram =
+                            body.split(|b| *b == 0).any(|m| m == MECHANISM.as_bytes());
+                        if !offers_scram {
+                            return Err(ConnectError::Auth(
+                                "server offers no SASL mechanism Weir supports".into(),
+                            ));
+                        }
+                        let credential = match (&target.secret, scram_keys.clone()) {
+                            (Some(Secret::Plain(p)), _) => Credential::Password(p.clone()),
+                            (_, Some(keys)) => keys,
+                            _ => return Err(ConnectError::Auth("server asks for SCRAM, and neither a password nor the client's SCRAM keys are available".into())),
+                        };
+                        let mut session = ClientSession::new(credential);
+                        let first = session.client_first();
+                        messages::sasl_initial_response(&mut out, MECHANISM, &first);
+                        scram = Some(session);
+                    }
+                    AUTH_SASL_CONTINUE => {
+                        let session = scram
+                            .as_mut()
+                            .ok_or(ConnectError::Protocol("SASL continue without SASL"))?;
+                        let reply = session
+                            .server_first(&body)
+                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
+                        messages::password_message(&mut out, &reply);
+                    }
+                    AUTH_SASL_FINAL => {
+                        let session = scram
+                            .as_mut()
+                            .ok_or(ConnectError::Protocol("SASL final without SASL"))?;
+                        session
+                            .server_final(&body)
+                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
+                    }
+                    _ => {
+                        return Err(ConnectError::Auth(format!(
+                            "unsupported authentication method {code}"
+                        )))
+                    }
+                }
+                if !out.is_empty() {
+                    stream.write_all(&out).await?;
+                }
+            }
+            b'E' => return Err(ConnectError::Server(PgError::parse(&body))),
+            b'S' => {
+                server_params.apply_status(&body);
+            }
+            b'K' => {
+                if body.len() < 8 {
+                    return Err(ConnectError::Protocol("short BackendKeyData"));
+                }
+                key = Some(BackendKey {
+                    pid: body.get_u32(),
+                    secret: body.get_u32(),
+                });
+            }
+            b'Z' => break,
+            b'N' => {}
+            b'v' => {}
+            _ => return Err(ConnectError::Protocol("unexpected message during login")),
+        }
+    }
+    let now = Instant::now();
+    let mut conn = ServerConn {
+        id: ServerConn::next_id(),
+        stream,
+        params: server_params,
+        key: key.unwrap_or(BackendKey { pid: 0, secret: 0 }),
+        addr: target.addr.clone(),
+        created: now,
+        idle_since: now,
+        generation: target.generation,
+    };
+    if let Some(q) = &target.connect_query {
+        conn.run_internal(q, target.connect_timeout).await?;
+    }
+    Ok(conn)
+}

@@ -1,0 +1,143 @@
+//! A connection to PostgreSQL: how it is opened and logged in, and what Weir knows of it.
+
+mod login;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+
+use crate::params::ParamSet;
+use crate::protocol::reader::{read_message, ReadError};
+use crate::protocol::{messages, PgError};
+use crate::stream::Stream;
+
+pub use login::{connect, ConnectError, ServerTarget};
+pub use weir_auth::scram::Credential as ScramCredential;
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerAddr {
+    Tcp { host: String, port: u16 },
+    Unix { path: PathBuf },
+}
+
+impl fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerAddr::Tcp { host, port } => write!(f, "{host}:{port}"),
+            ServerAddr::Unix { path } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendKey {
+    pub pid: u32,
+    pub secret: u32,
+}
+
+static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
+
+pub struct ServerConn {
+    pub id: u64,
+    pub stream: Stream,
+    /// What the server has reported with ParameterStatus, kept current while it is lent.
+    pub params: ParamSet,
+    pub key: BackendKey,
+    pub addr: ServerAddr,
+    pub created: Instant,
+    pub idle_since: Instant,
+    /// The pool configuration this connection was opened under; a reload that changes how
+    /// servers are reached makes older connections close instead of returning to the pool.
+    pub generation: u64,
+}
+
+impl fmt::Debug for ServerConn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "S-{}({} pid {})", self.id, self.addr, self.key.pid)
+    }
+}
+
+impl ServerConn {
+    fn next_id() -> u64 {
+        NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// True when the idle connection shows no sign of having been closed: a server that
+    /// terminated it (restart, pg_terminate_backend, idle timeout) has left an error or EOF
+    /// to read.
+    pub fn is_healthy(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Runs a query whose results nobody reads (reset, parameter sync, connect_query) and
+    /// waits for ReadyForQuery. Returns the first error the server reported, if any.
+    pub async fn run_internal(&mut self, sql: &str, timeout: Duration) -> Result<(), ConnectError> {
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        messages::query(&mut out, sql);
+        let work = async {
+            self.stream.write_all(&out).await?;
+            let mut buf = BytesMut::with_capacity(1024);
+            let mut first_error = None;
+            loop {
+                let msg = read_message(&mut self.stream, &mut buf, 1 << 30).await?;
+                match msg.tag {
+                    b'Z' => {
+                        if !buf.is_empty() {
+                            return Err(ConnectError::Protocol(
+                                "unexpected data after ReadyForQuery",
+                            ));
+                        }
+                        if msg.body.first() != Some(&b'I') && first_error.is_none() {
+                            return Err(ConnectError::Protocol(
+                                "internal query left a transaction open",
+                            ));
+                        }
+                        return match first_error {
+                            Some(e) => Err(ConnectError::Server(e)),
+                            None => Ok(()),
+                        };
+                    }
+                    b'E' => {
+                        first_error.get_or_insert_with(|| PgError::parse(&msg.body));
+                    }
+                    b'S' => {
+                        self.params.apply_status(&msg.body);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(ConnectError::Timeout),
+        }
+    }
+
+    /// Closes politely: a Terminate lets PostgreSQL end the backend without logging an
+    /// unexpected EOF.
+    pub async fn terminate(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            self.stream.write_all(b"X\0\0\0\x04").await?;
+            self.stream.shutdown().await
+        })
+        .await;
+    }
+}
+
+impl From<ReadError> for ConnectError {
+    fn from(e: ReadError) -> ConnectError {
+        match e {
+            ReadError::Io(io) => ConnectError::Io(io),
+            ReadError::Closed => ConnectError::Closed,
+            ReadError::BadLength | ReadError::TooLarge(_) => {
+                ConnectError::Protocol("bad packet from server")
+            }
+        }
+    }
+}
