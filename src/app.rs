@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use weir_auth::Secret;
 use weir_config::{AuthFile, Config, Database, PoolMode};
 
-use crate::cancel::CancelRegistry;
 use crate::pool::{Pool, PoolSettings};
 use crate::server::{ServerAddr, ServerTarget};
 
@@ -65,7 +64,6 @@ pub struct App {
     pools: Mutex<HashMap<(String, String), Arc<Pool>>>,
     /// Targets by pool, to tell on reload which pools now reach their servers differently.
     generation: AtomicU64,
-    pub cancels: Arc<CancelRegistry>,
     pub clients: AtomicUsize,
     pub shutdown: CancellationToken,
 }
@@ -77,7 +75,6 @@ impl App {
             snapshot: ArcSwap::from_pointee(snapshot),
             pools: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
-            cancels: Arc::new(CancelRegistry::default()),
             clients: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
         })
@@ -101,6 +98,11 @@ impl App {
         let pool = Pool::new(db_name.to_owned(), server_user, settings);
         pools.insert(key, pool.clone());
         Some(pool)
+    }
+
+    /// Every pool, for the admin console and metrics.
+    pub fn all_pools(&self) -> Vec<Arc<Pool>> {
+        self.pools().values().cloned().collect()
     }
 
     /// Swaps in a reloaded configuration. Pools keep their servers unless the way to reach

@@ -1,5 +1,6 @@
 //! Weir: a multi-threaded PostgreSQL connection pooler, a drop-in replacement for PgBouncer.
 
+mod admin;
 mod app;
 mod cancel;
 mod cli;
@@ -9,7 +10,9 @@ mod logging;
 mod params;
 mod pool;
 mod protocol;
+mod registry;
 mod server;
+mod stats;
 mod stream;
 
 use std::path::Path;

@@ -23,6 +23,20 @@ impl Stream {
         }
     }
 
+    pub fn local_label(&self) -> String {
+        match self {
+            Stream::Tcp(s) => s
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "?".into()),
+            Stream::Unix(s) => s
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_else(|| "unix".into()),
+        }
+    }
+
     pub fn peer_label(&self) -> String {
         match self {
             Stream::Tcp(s) => s

@@ -34,10 +34,24 @@ pub struct LoggedIn {
 
 pub enum Outcome {
     LoggedIn(LoggedIn),
+    /// A user of the admin console (database `pgbouncer`, or `weir`).
+    Admin(AdminLogin),
     /// The connection was a cancel request, now forwarded.
     Cancel,
     /// The client left before finishing (nothing to report).
     Gone,
+}
+
+pub struct AdminLogin {
+    pub user: String,
+    /// May run every command, not only the read-only SHOW commands.
+    pub full_access: bool,
+    pub requested: ParamSet,
+}
+
+/// The console's database names, unless the configuration uses the name for a real database.
+pub fn is_admin_database(snap: &Snapshot, name: &str) -> bool {
+    (name == "pgbouncer" || name == "weir") && snap.config.database(name).is_none()
 }
 
 /// What went wrong, and whether the client should be told.
@@ -89,7 +103,7 @@ pub async fn login(
                     .map_err(|_| PgError::fatal("08006", "client gone"))?;
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
-                app.cancels.cancel(BackendKey { pid, secret }).await;
+                crate::cancel::forward(BackendKey { pid, secret }).await;
                 return Ok(Outcome::Cancel);
             }
             Ok(StartupPacket::Startup { minor, params, .. }) => break (minor, params),
@@ -170,6 +184,25 @@ pub async fn login(
             "53300",
             "no more connections allowed (max_client_conn)",
         )));
+    }
+    if is_admin_database(&snap, &database) {
+        let g = &snap.config.general;
+        let any = g.auth_type == AuthType::Any;
+        let full_access = any || g.admin_users.iter().any(|u| *u == user);
+        if !full_access && !g.stats_users.iter().any(|u| *u == user) {
+            return Err(refuse(PgError::fatal(
+                "28000",
+                "not allowed to connect to the admin console",
+            )));
+        }
+        authenticate(&snap, stream, buf, &user)
+            .await
+            .map_err(refuse)?;
+        return Ok(Outcome::Admin(AdminLogin {
+            user,
+            full_access,
+            requested,
+        }));
     }
     if snap.resolve_database(&database).is_none() {
         return Err(refuse(PgError::fatal(

@@ -1,12 +1,12 @@
 //! One task per client: log it in, then lend it a server whenever it has something to run.
 
-mod login;
+pub mod login;
 mod relay;
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,12 +14,13 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use weir_auth::scram::Credential;
 
 use crate::app::App;
-use crate::cancel::{CancelHandle, CancelTarget};
 use crate::params::ParamSet;
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
 use crate::protocol::messages::{self, quote_literal};
 use crate::protocol::PgError;
+use crate::registry::clients::{CancelTarget, ClientHandle};
+use crate::stats::Delta;
 use crate::stream::Stream;
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
@@ -57,6 +58,21 @@ pub struct Session {
     max_packet: usize,
     exchange: Exchange,
     shutting_down: bool,
+    client: ClientHandle,
+    pool: Arc<Pool>,
+    /// Traffic counted since the last transaction ended, added to the pool's stats then.
+    delta: Delta,
+    query_started: Option<Instant>,
+    xact_started: Option<Instant>,
+}
+
+/// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
+struct PoolMember(Arc<Pool>);
+
+impl Drop for PoolMember {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 pub async fn serve(app: Arc<App>, mut stream: Stream) {
@@ -74,6 +90,10 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
     };
     let client = match outcome {
         Ok(Outcome::LoggedIn(c)) => c,
+        Ok(Outcome::Admin(admin)) => {
+            crate::admin::serve(app, stream, inbuf, admin).await;
+            return;
+        }
         Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return,
         Err(refusal) => {
             let who = format!(
@@ -88,7 +108,15 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
             return;
         }
     };
-    let cancel = app.cancels.register();
+    let handle = ClientHandle::register(
+        &client.user,
+        &client.database,
+        &peer,
+        &stream.local_label(),
+        client.requested.get("application_name").unwrap_or(""),
+    );
+    client.pool.clients.fetch_add(1, Ordering::Relaxed);
+    let _member = PoolMember(client.pool.clone());
     let who = format!("{}/{}@{peer}", client.database, client.user);
     let snap = app.snapshot.load_full();
     let mode = snap.pool_mode(
@@ -110,10 +138,16 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
         max_packet: general.max_packet_size as usize,
         exchange: Exchange::fresh(),
         shutting_down: false,
+        client: handle,
+        pool: client.pool.clone(),
+        delta: Delta::default(),
+        query_started: None,
+        xact_started: None,
     };
     let log_disconnections = general.log_disconnections;
     drop(snap);
-    let reason = session.run(&app, client, &cancel).await;
+    let reason = session.run(&app, client).await;
+    session.flush_stats();
     if log_disconnections {
         tracing::info!("{who} closing because: {reason}");
     }
@@ -136,7 +170,7 @@ enum Wake {
 
 impl Session {
     /// Serves a logged-in client until it leaves; returns why it ended, for the log.
-    async fn run(&mut self, app: &Arc<App>, client: LoggedIn, cancel: &CancelHandle) -> String {
+    async fn run(&mut self, app: &Arc<App>, client: LoggedIn) -> String {
         let LoggedIn {
             pool,
             requested,
@@ -145,10 +179,7 @@ impl Session {
         } = client;
         let shutdown = app.shutdown.clone().cancelled_owned();
         tokio::pin!(shutdown);
-        let mut lease = match self
-            .welcome(&pool, requested, scram_keys.clone(), cancel)
-            .await
-        {
+        let mut lease = match self.welcome(&pool, requested, scram_keys.clone()).await {
             Ok(l) => l,
             Err(e) => return self.refuse(e).await,
         };
@@ -177,12 +208,10 @@ impl Session {
                 return self.refuse(e).await;
             }
             self.exchange = Exchange::fresh();
-            cancel.slot.set(Some(CancelTarget {
-                addr: held.addr.clone(),
-                key: held.key,
-            }));
+            self.lend(&held);
             let event = self.relay(&mut held, &mut shutdown).await;
-            cancel.slot.set(None);
+            self.client.0.set_idle();
+            held.info.0.set_idle();
             match event {
                 Event::Idle => {
                     let always = held.pool().settings().server_reset_query_always;
@@ -304,11 +333,17 @@ impl Session {
         pool: &Arc<Pool>,
         keys: &Option<Credential>,
     ) -> Result<Lease, Option<PgError>> {
+        self.client.0.set_waiting();
+        let started = Instant::now();
         let checkout = pool.checkout(keys.clone());
         tokio::pin!(checkout);
         loop {
             tokio::select! {
-                r = &mut checkout => return r.map_err(Some),
+                r = &mut checkout => {
+                    self.delta.wait_time_us += started.elapsed().as_micros() as u64;
+                    self.client.0.set_idle();
+                    return r.map_err(Some);
+                }
                 r = self.read_more(), if self.inbuf.len() < 1 << 20 => match r {
                     Ok(0) | Err(_) => return Err(None),
                     Ok(_) => {}
@@ -331,7 +366,6 @@ impl Session {
         pool: &Arc<Pool>,
         requested: ParamSet,
         scram_keys: Option<Credential>,
-        cancel: &CancelHandle,
     ) -> Result<Option<Lease>, PgError> {
         let mut lease = None;
         let welcome = match pool.welcome() {
@@ -354,7 +388,8 @@ impl Session {
                 self.wanted.set(k, v);
             }
         }
-        messages::backend_key_data(&mut out, cancel.slot.key.pid, cancel.slot.key.secret);
+        let key = self.client.0.key;
+        messages::backend_key_data(&mut out, key.pid, key.secret);
         messages::ready_for_query(&mut out, b'I');
         self.stream
             .write_all(&out)
@@ -366,6 +401,25 @@ impl Session {
             }
         }
         Ok(lease)
+    }
+
+    /// Marks the pair linked, for cancel requests and the admin console.
+    fn lend(&mut self, held: &Lease) {
+        self.client.0.set_active(CancelTarget {
+            addr: held.addr.clone(),
+            key: held.key,
+            server_id: held.id,
+        });
+        held.info.0.set_active(self.client.0.key.pid);
+        self.delta.server_assignments += 1;
+    }
+
+    /// Adds what this client did since the last flush to its pool's counters.
+    fn flush_stats(&mut self) {
+        if !self.delta.is_empty() {
+            self.pool.stats.add(&self.delta);
+            self.delta = Delta::default();
+        }
     }
 
     /// Makes the server's session parameters match what the client believes it has.

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWrite;
@@ -123,6 +124,7 @@ impl Session {
                     Poll::Ready(Ok(n)) => {
                         self.inbuf.advance(n);
                         self.cframe.consumed(n);
+                        self.delta.received += n as u64;
                         progress = true;
                     }
                     Poll::Ready(Err(_)) => return Poll::Ready(Event::ServerGone),
@@ -151,6 +153,7 @@ impl Session {
                     Poll::Ready(Ok(n)) => {
                         self.outbuf.advance(n);
                         self.sframe.consumed(n);
+                        self.delta.sent += n as u64;
                         progress = true;
                     }
                     Poll::Ready(Err(_)) => return Poll::Ready(Event::ClientGone),
@@ -161,7 +164,10 @@ impl Session {
             if self.exchange.terminated && self.cframe.scanned() == 0 {
                 return Poll::Ready(Event::ClientTerminated);
             }
-            if release_on_idle && self.exchange.answered && self.server_is_clean() {
+            if release_on_idle
+                && (self.exchange.answered || self.shutting_down)
+                && self.server_is_clean()
+            {
                 return Poll::Ready(Event::Idle);
             }
             if !progress {
@@ -195,6 +201,13 @@ impl Session {
                     return Ok(());
                 }
                 b'Q' | b'F' | b'S' => {
+                    if x.pending == 0 {
+                        let now = Instant::now();
+                        self.query_started = Some(now);
+                        if x.status == b'I' && self.xact_started.is_none() {
+                            self.xact_started = Some(now);
+                        }
+                    }
                     x.pending += 1;
                     x.unsynced = false;
                     x.answered = false;
@@ -225,8 +238,20 @@ impl Session {
                     let x = &mut self.exchange;
                     x.status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
                     x.pending = x.pending.saturating_sub(1);
+                    self.delta.queries += 1;
                     if x.pending == 0 {
                         x.answered = true;
+                        if let Some(t) = self.query_started.take() {
+                            self.delta.query_time_us += t.elapsed().as_micros() as u64;
+                        }
+                        if x.status == b'I' {
+                            if let Some(t) = self.xact_started.take() {
+                                self.delta.xact_time_us += t.elapsed().as_micros() as u64;
+                                self.delta.xacts += 1;
+                            }
+                            self.pool.stats.add(&self.delta);
+                            self.delta = crate::stats::Delta::default();
+                        }
                         if self.mode == PoolMode::Statement && x.status != b'I' {
                             return Err(Event::TransactionInStatementMode);
                         }

@@ -8,6 +8,7 @@
 mod lease;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use tokio::sync::oneshot;
 use crate::params::ParamSet;
 use crate::protocol::PgError;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
+use crate::stats::Counters;
 pub use lease::Lease;
 pub use weir_config::PoolMode;
 
@@ -45,7 +47,9 @@ struct PoolState {
     idle: VecDeque<ServerConn>,
     /// Servers open, lent or being connected: what counts against pool_size.
     total: usize,
-    waiters: VecDeque<oneshot::Sender<Grant>>,
+    /// Slots being connected (counted in `total` too).
+    connecting: usize,
+    waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
     welcome: Option<Arc<ParamSet>>,
     last_login_failure: Option<(Instant, PgError)>,
 }
@@ -53,6 +57,9 @@ struct PoolState {
 pub struct Pool {
     pub database: String,
     pub user: String,
+    pub stats: Counters,
+    /// Logged-in clients of this pool.
+    pub clients: AtomicUsize,
     settings: ArcSwap<PoolSettings>,
     state: Mutex<PoolState>,
 }
@@ -63,6 +70,8 @@ impl Pool {
             database,
             user,
             settings: ArcSwap::from_pointee(settings),
+            stats: Counters::default(),
+            clients: AtomicUsize::new(0),
             state: Mutex::new(PoolState::default()),
         })
     }
@@ -117,7 +126,7 @@ impl Pool {
                     }
                     None => {
                         let (tx, rx) = oneshot::channel();
-                        st.waiters.push_back(tx);
+                        st.waiters.push_back((Instant::now(), tx));
                         Err(rx)
                     }
                 }
@@ -233,7 +242,7 @@ impl Pool {
             tokio::spawn(conn.terminate());
             return;
         }
-        while let Some(w) = st.waiters.pop_front() {
+        while let Some((_, w)) = st.waiters.pop_front() {
             match w.send(Grant::Server(conn)) {
                 Ok(()) => return,
                 Err(Grant::Server(c)) => conn = c,
@@ -254,7 +263,7 @@ impl Pool {
     fn grant_free_slots(&self, st: &mut PoolState) {
         let size = self.settings.load().pool_size;
         while st.total < size {
-            let Some(w) = st.waiters.pop_front() else {
+            let Some((_, w)) = st.waiters.pop_front() else {
                 break;
             };
             if w.send(Grant::Connect).is_ok() {
@@ -263,10 +272,39 @@ impl Pool {
         }
     }
 
-    /// Counts for logs and tests.
-    #[allow(dead_code)]
-    pub fn counts(&self) -> (usize, usize, usize) {
+    /// What SHOW POOLS reports.
+    pub fn counts(&self) -> PoolCounts {
         let st = self.lock();
-        (st.total, st.idle.len(), st.waiters.len())
+        let mut waiting = 0;
+        let mut oldest: Option<Instant> = None;
+        for (t, w) in &st.waiters {
+            if !w.is_closed() {
+                waiting += 1;
+                oldest = Some(oldest.map_or(*t, |o| o.min(*t)));
+            }
+        }
+        PoolCounts {
+            active: st.total - st.idle.len() - st.connecting,
+            idle: st.idle.len(),
+            connecting: st.connecting,
+            waiting,
+            max_wait: oldest.map(|t| t.elapsed()).unwrap_or_default(),
+            clients: self.clients.load(Ordering::Relaxed),
+        }
     }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolCounts {
+    /// Servers lent to clients.
+    pub active: usize,
+    pub idle: usize,
+    /// Servers logging in.
+    pub connecting: usize,
+    /// Clients waiting for a server.
+    pub waiting: usize,
+    /// How long the oldest waiter has waited.
+    pub max_wait: Duration,
+    /// Logged-in clients.
+    pub clients: usize,
 }

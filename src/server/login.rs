@@ -17,6 +17,7 @@ use crate::protocol::messages::{
 };
 use crate::protocol::reader::read_message;
 use crate::protocol::PgError;
+use crate::registry::servers::ServerHandle;
 use crate::stream::Stream;
 
 /// Everything needed to open one server connection for a pool.
@@ -91,6 +92,8 @@ async fn connect_inner(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
 ) -> Result<ServerConn, ConnectError> {
+    let id = ServerConn::next_id();
+    let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
     let mut stream = open(&target.addr).await?;
     let mut params: Vec<(&str, &str)> =
         vec![("user", &target.user), ("database", &target.database)];
@@ -213,11 +216,14 @@ async fn connect_inner(
         }
     }
     let now = Instant::now();
+    let key = key.unwrap_or(BackendKey { pid: 0, secret: 0 });
+    info.0.set_logged_in(key.pid);
     let mut conn = ServerConn {
-        id: ServerConn::next_id(),
+        id,
+        info,
         stream,
         params: server_params,
-        key: key.unwrap_or(BackendKey { pid: 0, secret: 0 }),
+        key,
         addr: target.addr.clone(),
         created: now,
         idle_since: now,

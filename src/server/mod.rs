@@ -13,6 +13,7 @@ use tokio::io::AsyncWriteExt;
 use crate::params::ParamSet;
 use crate::protocol::reader::{read_message, ReadError};
 use crate::protocol::{messages, PgError};
+use crate::registry::servers::ServerHandle;
 use crate::stream::Stream;
 
 pub use login::{connect, ConnectError, ServerTarget};
@@ -44,6 +45,8 @@ static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
 
 pub struct ServerConn {
     pub id: u64,
+    /// What the admin console sees of this connection; removed from view when dropped.
+    pub info: ServerHandle,
     pub stream: Stream,
     /// What the server has reported with ParameterStatus, kept current while it is lent.
     pub params: ParamSet,
@@ -63,7 +66,7 @@ impl fmt::Debug for ServerConn {
 }
 
 impl ServerConn {
-    fn next_id() -> u64 {
+    pub(crate) fn next_id() -> u64 {
         NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed)
     }
 

@@ -1,0 +1,141 @@
+//! Logged-in clients: their cancel key, where they are, what they are doing.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use super::{now_micros, Registry};
+use crate::server::{BackendKey, ServerAddr};
+
+pub static CLIENTS: LazyLock<Registry<u32, ClientInfo>> = LazyLock::new(Registry::new);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientState {
+    /// Logged in, no server, nothing asked.
+    Idle = 0,
+    /// Linked to a server.
+    Active = 1,
+    /// Waiting in a pool's queue.
+    Waiting = 2,
+}
+
+/// Where a cancel request for this client must go.
+#[derive(Debug, Clone)]
+pub struct CancelTarget {
+    pub addr: ServerAddr,
+    pub key: BackendKey,
+    pub server_id: u64,
+}
+
+#[derive(Debug)]
+pub struct ClientInfo {
+    pub key: BackendKey,
+    pub user: String,
+    pub database: String,
+    pub peer: String,
+    pub local: String,
+    pub application_name: String,
+    pub connect_time: u64,
+    state: AtomicU8,
+    request_time: AtomicU64,
+    wait_since: AtomicU64,
+    link: Mutex<Option<CancelTarget>>,
+}
+
+impl ClientInfo {
+    pub fn state(&self) -> ClientState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => ClientState::Active,
+            2 => ClientState::Waiting,
+            _ => ClientState::Idle,
+        }
+    }
+
+    pub fn request_time(&self) -> u64 {
+        self.request_time.load(Ordering::Relaxed)
+    }
+
+    /// When the current wait began, if the client is waiting.
+    pub fn wait_since(&self) -> Option<u64> {
+        match self.wait_since.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    pub fn link(&self) -> Option<CancelTarget> {
+        self.link.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set_waiting(&self) {
+        let now = now_micros();
+        self.request_time.store(now, Ordering::Relaxed);
+        self.wait_since.store(now, Ordering::Relaxed);
+        self.state
+            .store(ClientState::Waiting as u8, Ordering::Relaxed);
+    }
+
+    pub fn set_active(&self, target: CancelTarget) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+        self.wait_since.store(0, Ordering::Relaxed);
+        self.state
+            .store(ClientState::Active as u8, Ordering::Relaxed);
+    }
+
+    pub fn set_idle(&self) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.wait_since.store(0, Ordering::Relaxed);
+        self.state.store(ClientState::Idle as u8, Ordering::Relaxed);
+    }
+}
+
+/// A client's registration; dropping it removes the client (and its cancel key).
+pub struct ClientHandle(pub Arc<ClientInfo>);
+
+impl ClientHandle {
+    pub fn register(
+        user: &str,
+        database: &str,
+        peer: &str,
+        local: &str,
+        application_name: &str,
+    ) -> ClientHandle {
+        let info = CLIENTS.insert_with(
+            // The high bit stays clear: some drivers treat the pid as a signed int.
+            || rand::random::<u32>() & 0x7fff_ffff | 1,
+            |pid| ClientInfo {
+                key: BackendKey {
+                    pid,
+                    secret: rand::random(),
+                },
+                user: user.to_owned(),
+                database: database.to_owned(),
+                peer: peer.to_owned(),
+                local: local.to_owned(),
+                application_name: application_name.to_owned(),
+                connect_time: now_micros(),
+                state: AtomicU8::new(ClientState::Idle as u8),
+                request_time: AtomicU64::new(0),
+                wait_since: AtomicU64::new(0),
+                link: Mutex::new(None),
+            },
+        );
+        ClientHandle(info)
+    }
+}
+
+impl Drop for ClientHandle {
+    fn drop(&mut self) {
+        CLIENTS.remove(self.0.key.pid);
+    }
+}
+
+/// The server a cancel request with this key must reach, if the key is genuine and its
+/// client is running something.
+pub fn cancel_target(key: BackendKey) -> Option<CancelTarget> {
+    let client = CLIENTS.get(key.pid)?;
+    if client.key.secret != key.secret {
+        return None;
+    }
+    client.link()
+}

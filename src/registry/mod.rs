@@ -1,0 +1,73 @@
+//! Who is connected right now: every logged-in client and every server connection, with
+//! the little each one publishes about itself (state, times, link), for cancel requests and
+//! the admin console. Entries live exactly as long as their connection.
+
+pub mod clients;
+pub mod servers;
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A map of live entries. Touched at connect and disconnect only, never per query.
+pub struct Registry<K, T> {
+    map: Mutex<HashMap<K, Arc<T>>>,
+}
+
+impl<K: Eq + Hash + Copy, T> Registry<K, T> {
+    pub fn new() -> Self {
+        Registry {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, Arc<T>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, key: K) -> Option<Arc<T>> {
+        self.lock().get(&key).cloned()
+    }
+
+    /// Inserts under a key `make_key` draws until one is free.
+    pub fn insert_with(
+        &self,
+        mut make_key: impl FnMut() -> K,
+        make: impl FnOnce(K) -> T,
+    ) -> Arc<T> {
+        let mut map = self.lock();
+        let key = loop {
+            let k = make_key();
+            if !map.contains_key(&k) {
+                break k;
+            }
+        };
+        let entry = Arc::new(make(key));
+        map.insert(key, entry.clone());
+        entry
+    }
+
+    pub fn remove(&self, key: K) {
+        self.lock().remove(&key);
+    }
+
+    /// A copy of every entry, for listing without holding the lock.
+    pub fn snapshot(&self) -> Vec<Arc<T>> {
+        self.lock().values().cloned().collect()
+    }
+}
+
+impl<K: Eq + Hash + Copy, T> Default for Registry<K, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Microseconds since the epoch, 0 meaning "never": what the admin console shows as times.
+pub fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,97 @@
+//! Open server connections and what each is doing.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use super::{now_micros, Registry};
+use crate::server::ServerAddr;
+
+pub static SERVERS: LazyLock<Registry<u64, ServerInfo>> = LazyLock::new(Registry::new);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ServerState {
+    Login = 0,
+    Idle = 1,
+    Active = 2,
+}
+
+#[derive(Debug)]
+pub struct ServerInfo {
+    pub id: u64,
+    pub user: String,
+    pub database: String,
+    pub addr: ServerAddr,
+    pub connect_time: u64,
+    remote_pid: AtomicU32,
+    state: AtomicU8,
+    request_time: AtomicU64,
+    /// The client's cancel pid while lent, 0 otherwise.
+    client: AtomicU32,
+}
+
+impl ServerInfo {
+    pub fn state(&self) -> ServerState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => ServerState::Idle,
+            2 => ServerState::Active,
+            _ => ServerState::Login,
+        }
+    }
+    pub fn remote_pid(&self) -> u32 {
+        self.remote_pid.load(Ordering::Relaxed)
+    }
+    pub fn request_time(&self) -> u64 {
+        self.request_time.load(Ordering::Relaxed)
+    }
+    pub fn client(&self) -> Option<u32> {
+        match self.client.load(Ordering::Relaxed) {
+            0 => None,
+            c => Some(c),
+        }
+    }
+    pub fn set_logged_in(&self, remote_pid: u32) {
+        self.remote_pid.store(remote_pid, Ordering::Relaxed);
+        self.state.store(ServerState::Idle as u8, Ordering::Relaxed);
+    }
+    pub fn set_active(&self, client_pid: u32) {
+        self.request_time.store(now_micros(), Ordering::Relaxed);
+        self.client.store(client_pid, Ordering::Relaxed);
+        self.state
+            .store(ServerState::Active as u8, Ordering::Relaxed);
+    }
+    pub fn set_idle(&self) {
+        self.client.store(0, Ordering::Relaxed);
+        self.state.store(ServerState::Idle as u8, Ordering::Relaxed);
+    }
+}
+
+/// A server's registration; dropping it removes the entry.
+#[derive(Debug)]
+pub struct ServerHandle(pub Arc<ServerInfo>);
+
+impl ServerHandle {
+    pub fn register(id: u64, user: &str, database: &str, addr: &ServerAddr) -> ServerHandle {
+        let info = SERVERS.insert_with(
+            || id,
+            |id| ServerInfo {
+                id,
+                user: user.to_owned(),
+                database: database.to_owned(),
+                addr: addr.clone(),
+                connect_time: now_micros(),
+                remote_pid: AtomicU32::new(0),
+                state: AtomicU8::new(ServerState::Login as u8),
+                request_time: AtomicU64::new(0),
+                client: AtomicU32::new(0),
+            },
+        );
+        ServerHandle(info)
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        SERVERS.remove(self.0.id);
+    }
+}
