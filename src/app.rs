@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use weir_auth::Secret;
 use weir_config::{AuthFile, Config, Database, PoolMode};
 
-use crate::pool::{Pool, PoolSettings};
+use crate::pool::{Limit, Limits, Pool, PoolSettings};
 use crate::server::{ServerAddr, ServerTarget};
 
 /// A configuration and the auth_file it names, loaded together and swapped together.
@@ -62,6 +62,9 @@ pub struct App {
     pub config_path: PathBuf,
     pub snapshot: ArcSwap<Snapshot>,
     pools: Mutex<HashMap<(String, String), Arc<Pool>>>,
+    /// max_db_connections and max_user_connections, shared by the pools of a database or user.
+    db_limits: Mutex<HashMap<String, Arc<Limit>>>,
+    user_limits: Mutex<HashMap<String, Arc<Limit>>>,
     /// Targets by pool, to tell on reload which pools now reach their servers differently.
     generation: AtomicU64,
     pub clients: AtomicUsize,
@@ -74,6 +77,8 @@ impl App {
             config_path,
             snapshot: ArcSwap::from_pointee(snapshot),
             pools: Mutex::new(HashMap::new()),
+            db_limits: Mutex::new(HashMap::new()),
+            user_limits: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
@@ -94,10 +99,45 @@ impl App {
             return Some(p.clone());
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let settings = pool_settings(snap, &db, &server_db, &server_user, client_user, generation);
+        let limits = self.limits(snap, db_name, &db, &server_user);
+        let settings = pool_settings(
+            snap,
+            &db,
+            &server_db,
+            &server_user,
+            client_user,
+            generation,
+            limits,
+        );
         let pool = Pool::new(db_name.to_owned(), server_user, settings);
         pools.insert(key, pool.clone());
         Some(pool)
+    }
+
+    /// The shared limits for a database entry and a server user, created on first use and
+    /// updated to the snapshot's values.
+    fn limits(&self, snap: &Snapshot, db_name: &str, db: &Database, user: &str) -> Limits {
+        let g = &snap.config.general;
+        let db_max = db.max_db_connections.unwrap_or(g.max_db_connections) as usize;
+        let user_max = snap
+            .config
+            .users
+            .get(user)
+            .and_then(|u| u.max_user_connections)
+            .unwrap_or(g.max_user_connections) as usize;
+        let get = |map: &Mutex<HashMap<String, Arc<Limit>>>, key: &str, max: usize| {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let limit = map
+                .entry(key.to_owned())
+                .or_insert_with(|| Limit::new(max))
+                .clone();
+            limit.set_max(max);
+            limit
+        };
+        Limits {
+            db: Some(get(&self.db_limits, db_name, db_max)),
+            user: Some(get(&self.user_limits, user, user_max)),
+        }
     }
 
     /// Every pool, for the admin console and metrics.
@@ -114,6 +154,7 @@ impl App {
                 continue;
             };
             let old = pool.settings();
+            let limits = self.limits(&snap, &pool.database, &db, &pool.user);
             let mut settings = pool_settings(
                 &snap,
                 &db,
@@ -121,6 +162,7 @@ impl App {
                 &pool.user,
                 &pool.user,
                 old.target.generation,
+                limits,
             );
             if !same_target(&settings.target, &old.target) {
                 settings.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
@@ -172,6 +214,7 @@ fn pool_settings(
     server_user: &str,
     client_user: &str,
     generation: u64,
+    limits: Limits,
 ) -> PoolSettings {
     let g = &snap.config.general;
     let user = snap.config.users.get(client_user);
@@ -204,6 +247,19 @@ fn pool_settings(
             connect_timeout: g.server_connect_timeout,
             generation,
         },
+        reserve_pool_size: user
+            .and_then(|u| u.reserve_pool_size)
+            .or(db.reserve_pool_size)
+            .unwrap_or(g.reserve_pool_size) as usize,
+        reserve_pool_timeout: g.reserve_pool_timeout,
+        min_pool_size: db.min_pool_size.unwrap_or(g.min_pool_size) as usize,
+        server_check_query: match g.server_check_query.as_deref() {
+            None | Some("") => None,
+            Some("<empty>") => Some(String::new()),
+            Some(q) => Some(q.to_owned()),
+        },
+        server_check_delay: g.server_check_delay,
+        limits,
         query_wait_timeout: g.query_wait_timeout,
         server_lifetime: db.server_lifetime.unwrap_or(g.server_lifetime),
         server_idle_timeout: g.server_idle_timeout,

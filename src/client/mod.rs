@@ -335,7 +335,7 @@ impl Session {
     ) -> Result<Lease, Option<PgError>> {
         self.client.0.set_waiting();
         let started = Instant::now();
-        let checkout = pool.checkout(keys.clone());
+        let checkout = pool.checkout(keys.clone(), false);
         tokio::pin!(checkout);
         loop {
             tokio::select! {
@@ -371,7 +371,7 @@ impl Session {
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {
-                let l = pool.checkout(scram_keys).await?;
+                let l = pool.checkout(scram_keys, true).await?;
                 let params = Arc::new(l.params.clone());
                 lease = Some(l);
                 params

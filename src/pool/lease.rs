@@ -81,8 +81,10 @@ impl Slot {
         Slot { pool: Some(pool) }
     }
 
+    /// The connection is made: the slot now counts as a lent server.
     pub(super) fn fill(mut self, conn: ServerConn) -> Lease {
         let pool = self.pool.take().expect("slot filled once");
+        pool.lock().connecting -= 1;
         Lease::new(conn, pool)
     }
 }
@@ -90,7 +92,7 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.forget();
+            pool.abandon_slot();
         }
     }
 }
@@ -121,7 +123,7 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         match self.take_late_grant() {
             Some(Grant::Server(conn)) => self.pool.checkin(conn),
-            Some(Grant::Connect) => self.pool.forget(),
+            Some(Grant::Connect) => self.pool.abandon_slot(),
             None => {}
         }
     }

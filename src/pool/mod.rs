@@ -5,7 +5,9 @@
 //! overtaken and never stampede. A lent server is wrapped in a `Lease` whose drop gives the
 //! slot back, so no path (error, panic, client gone) can leak a slot.
 
+mod janitor;
 mod lease;
+mod limit;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,12 +22,16 @@ use crate::protocol::PgError;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 use crate::stats::Counters;
 pub use lease::Lease;
+pub use limit::{Limit, Limits};
 pub use weir_config::PoolMode;
 
 /// How a pool behaves; replaced whole on reload.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
     pub pool_size: usize,
+    pub reserve_pool_size: usize,
+    pub reserve_pool_timeout: Duration,
+    pub min_pool_size: usize,
     pub target: ServerTarget,
     pub query_wait_timeout: Duration,
     pub server_lifetime: Duration,
@@ -33,13 +39,28 @@ pub struct PoolSettings {
     pub server_login_retry: Duration,
     pub server_reset_query: String,
     pub server_reset_query_always: bool,
+    /// Run on a server idle for longer than `server_check_delay` before lending it; None
+    /// disables the check, an empty query is PgBouncer's `<empty>`.
+    pub server_check_query: Option<String>,
+    pub server_check_delay: Duration,
     pub round_robin: bool,
+    pub limits: Limits,
 }
 
 enum Grant {
     Server(ServerConn),
     /// A slot is yours: open a new connection in it.
     Connect,
+}
+
+enum Slot {
+    Granted,
+    /// The pool is at its size.
+    Full,
+    /// A shared limit (max_db_connections, max_user_connections) is reached.
+    Limited,
+    /// The last login failed less than server_login_retry ago.
+    LoginBlocked(PgError),
 }
 
 #[derive(Default)]
@@ -52,6 +73,9 @@ struct PoolState {
     waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
     welcome: Option<Arc<ParamSet>>,
     last_login_failure: Option<(Instant, PgError)>,
+    /// Keys of the last client that logged in with SCRAM, for connections opened with no
+    /// client at hand (min_pool_size) when the auth_file has no plaintext password.
+    scram: Option<ScramCredential>,
 }
 
 pub struct Pool {
@@ -66,34 +90,43 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(database: String, user: String, settings: PoolSettings) -> Arc<Pool> {
-        Arc::new(Pool {
+        let limits = settings.limits.clone();
+        let pool = Arc::new(Pool {
             database,
             user,
-            settings: ArcSwap::from_pointee(settings),
             stats: Counters::default(),
             clients: AtomicUsize::new(0),
+            settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(PoolState::default()),
-        })
+        });
+        for l in limits.db.iter().chain(limits.user.iter()) {
+            l.join(&pool);
+        }
+        janitor::spawn(&pool);
+        pool
     }
 
     pub fn settings(&self) -> arc_swap::Guard<Arc<PoolSettings>> {
         self.settings.load()
     }
 
-    /// Applies reloaded settings: new connections use them; a waiter gets a slot at once if
-    /// the pool grew.
+    /// Applies reloaded settings: new connections use them, idle servers opened under a
+    /// different target are closed, and waiters get slots at once if the pool grew.
     pub fn update_settings(&self, settings: PoolSettings) {
         let generation = settings.target.generation;
         self.settings.store(Arc::new(settings));
-        let mut st = self.lock();
-        let (keep, stale): (VecDeque<_>, VecDeque<_>) =
-            st.idle.drain(..).partition(|s| s.generation == generation);
-        st.idle = keep;
-        st.total -= stale.len();
+        let stale: Vec<ServerConn> = {
+            let mut st = self.lock();
+            let (keep, stale): (VecDeque<_>, VecDeque<_>) =
+                st.idle.drain(..).partition(|s| s.generation == generation);
+            st.idle = keep;
+            st.total -= stale.len();
+            stale.into()
+        };
         for s in stale {
-            tokio::spawn(s.terminate());
+            self.closed_idle(s);
         }
-        self.grant_free_slots(&mut st);
+        self.grant_free_slots();
     }
 
     fn lock(&self) -> MutexGuard<'_, PoolState> {
@@ -108,71 +141,166 @@ impl Pool {
     }
 
     /// Lends a server: an idle one, a new one if the pool has room, or the next one released
-    /// if the client waits its turn.
+    /// if the client waits its turn. A client still logging in (`for_login`) is told at
+    /// once when the server refuses logins; one already in waits, up to query_wait_timeout,
+    /// for the retry.
     pub async fn checkout(
         self: &Arc<Self>,
         scram: Option<ScramCredential>,
+        for_login: bool,
     ) -> Result<Lease, PgError> {
         let started = Instant::now();
+        let mut reserve = false;
+        if scram.is_some() {
+            self.lock().scram.clone_from(&scram);
+        }
         loop {
             let settings = self.settings();
-            let grant = {
+            let mut expired = Vec::new();
+            let (step, limited) = {
                 let mut st = self.lock();
-                match self.take_idle(&mut st, &settings) {
-                    Some(s) => Ok(Grant::Server(s)),
-                    None if st.total < settings.pool_size => {
-                        st.total += 1;
-                        Ok(Grant::Connect)
-                    }
-                    None => {
-                        let (tx, rx) = oneshot::channel();
-                        st.waiters.push_back((Instant::now(), tx));
-                        Err(rx)
-                    }
+                match self.take_idle(&mut st, &settings, &mut expired) {
+                    Some(s) => (Ok(Grant::Server(s)), false),
+                    None => match self.take_slot(&mut st, &settings, reserve) {
+                        Slot::Granted => (Ok(Grant::Connect), false),
+                        Slot::LoginBlocked(e) if for_login => return Err(e),
+                        other => {
+                            let (tx, rx) = oneshot::channel();
+                            st.waiters.push_back((Instant::now(), tx));
+                            (Err(rx), matches!(other, Slot::Limited))
+                        }
+                    },
                 }
             };
-            let grant = match grant {
+            for s in expired {
+                self.closed_idle(s);
+            }
+            let grant = match step {
                 Ok(g) => g,
                 Err(rx) => {
-                    let left = settings
-                        .query_wait_timeout
-                        .saturating_sub(started.elapsed());
+                    let mut waiting = lease::Waiting::new(self.clone(), rx);
+                    if limited && settings.limits.evict_idle(self) {
+                        // Room was made: the eviction's release hands it to the first waiter.
+                        tracing::debug!(db = %self.database, "closed an idle server of another pool to stay within a shared limit");
+                    }
                     match self
-                        .wait(rx, left, settings.query_wait_timeout.is_zero())
+                        .wait(&mut waiting, &settings, started, &mut reserve)
                         .await
                     {
                         Some(g) => g,
-                        None => return Err(PgError::fatal("08P01", "query_wait_timeout")),
+                        None => {
+                            let last = self.lock().last_login_failure.clone();
+                            return Err(match last {
+                                Some((_, e)) => e,
+                                None => PgError::fatal("08P01", "query_wait_timeout"),
+                            });
+                        }
                     }
                 }
             };
             match grant {
                 Grant::Server(s) => {
-                    if s.is_healthy() {
-                        return Ok(Lease::new(s, self.clone()));
+                    if let Some(lease) = self.vet(s, &settings).await {
+                        return Ok(lease);
                     }
-                    tracing::info!(server = ?s, "closing server connection found dead in the pool");
-                    self.forget();
                 }
-                Grant::Connect => return self.connect(&settings, scram).await,
+                Grant::Connect => match self.connect(&settings, scram.clone()).await {
+                    Ok(lease) => return Ok(lease),
+                    Err(e) if for_login => return Err(e),
+                    Err(_) => {
+                        if !settings.query_wait_timeout.is_zero()
+                            && started.elapsed() >= settings.query_wait_timeout
+                        {
+                            return Err(PgError::fatal("08P01", "query_wait_timeout"));
+                        }
+                    }
+                },
             }
         }
     }
 
+    /// Waits in the queue. Returns None at query_wait_timeout. At reserve_pool_timeout a
+    /// waiter may take a reserve slot, keeping its place otherwise.
     async fn wait(
-        self: &Arc<Self>,
-        rx: oneshot::Receiver<Grant>,
-        left: Duration,
-        forever: bool,
+        &self,
+        waiting: &mut lease::Waiting,
+        settings: &PoolSettings,
+        started: Instant,
+        reserve: &mut bool,
     ) -> Option<Grant> {
-        let mut waiting = lease::Waiting::new(self.clone(), rx);
-        if forever {
-            return waiting.rx().await.ok();
+        loop {
+            let give_up = (!settings.query_wait_timeout.is_zero())
+                .then(|| started + settings.query_wait_timeout);
+            let try_reserve = (settings.reserve_pool_size > 0 && !*reserve)
+                .then(|| started + settings.reserve_pool_timeout);
+            let wake = match (give_up, try_reserve) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let got = match wake {
+                None => waiting.rx().await.ok(),
+                Some(at) => match tokio::time::timeout_at(at.into(), waiting.rx()).await {
+                    Ok(r) => r.ok(),
+                    Err(_) => None,
+                },
+            };
+            if got.is_some() {
+                return got;
+            }
+            if try_reserve.is_some_and(|t| Instant::now() >= t) {
+                *reserve = true;
+                if let Some(g) = self.claim_reserve(waiting, settings) {
+                    return Some(g);
+                }
+                continue;
+            }
+            if give_up.is_some_and(|t| Instant::now() >= t) {
+                return waiting.take_late_grant();
+            }
+            // The pool dropped our sender without a grant: should not happen, but waiting
+            // again is always safe.
+            let (tx, rx) = oneshot::channel();
+            self.lock().waiters.push_front((started, tx));
+            *waiting.rx() = rx;
         }
-        match tokio::time::timeout(left, waiting.rx()).await {
-            Ok(r) => r.ok(),
-            Err(_) => waiting.take_late_grant(),
+    }
+
+    /// Turns a waiter into the holder of a reserve slot, if one is free. Under the lock, so
+    /// no grant can be sent to it meanwhile.
+    fn claim_reserve(
+        &self,
+        waiting: &mut lease::Waiting,
+        settings: &PoolSettings,
+    ) -> Option<Grant> {
+        let mut st = self.lock();
+        if let Ok(g) = waiting.rx().try_recv() {
+            return Some(g);
         }
+        if let Slot::Granted = self.take_slot(&mut st, settings, true) {
+            waiting.rx().close();
+            tracing::info!(db = %self.database, user = %self.user, "taking a connection from the reserve pool");
+            return Some(Grant::Connect);
+        }
+        None
+    }
+
+    /// Checks a server that sat idle before lending it: it must not have been closed, and
+    /// after server_check_delay it must answer server_check_query.
+    async fn vet(self: &Arc<Self>, s: ServerConn, settings: &PoolSettings) -> Option<Lease> {
+        let mut lease = Lease::new(s, self.clone());
+        if !lease.is_healthy() {
+            tracing::info!(server = ?*lease, "closing server connection found dead in the pool");
+            return None;
+        }
+        if let Some(q) = &settings.server_check_query {
+            if lease.idle_since.elapsed() >= settings.server_check_delay {
+                if let Err(e) = lease.run_internal(q, settings.target.connect_timeout).await {
+                    tracing::info!(server = ?*lease, "server_check_query failed: {e}");
+                    return None;
+                }
+            }
+        }
+        Some(lease)
     }
 
     async fn connect(
@@ -181,14 +309,10 @@ impl Pool {
         scram: Option<ScramCredential>,
     ) -> Result<Lease, PgError> {
         let slot = lease::Slot::new(self.clone());
-        if let Some((at, err)) = &self.lock().last_login_failure {
-            if at.elapsed() < settings.server_login_retry {
-                return Err(err.clone());
-            }
-        }
-        match server::connect(&settings.target, scram).await {
+        let result = server::connect(&settings.target, scram).await;
+        let mut st = self.lock();
+        match result {
             Ok(conn) => {
-                let mut st = self.lock();
                 st.last_login_failure = None;
                 if st.welcome.is_none() {
                     st.welcome = Some(Arc::new(conn.params.clone()));
@@ -200,13 +324,28 @@ impl Pool {
             Err(e) => {
                 let err = e.to_client_error();
                 tracing::warn!(db = %self.database, user = %self.user, addr = %settings.target.addr, "server login failed: {e}");
-                self.lock().last_login_failure = Some((Instant::now(), err.clone()));
+                st.last_login_failure = Some((Instant::now(), err.clone()));
+                drop(st);
+                // Waiters get their turn again once the retry delay has passed.
+                let me = self.clone();
+                let retry = settings.server_login_retry;
+                tokio::spawn(async move {
+                    tokio::time::sleep(retry).await;
+                    me.grant_free_slots();
+                });
                 Err(err)
             }
         }
     }
 
-    fn take_idle(&self, st: &mut PoolState, settings: &PoolSettings) -> Option<ServerConn> {
+    /// Pops the next idle server; expired ones met on the way are put in `expired` for the
+    /// caller to close once the lock is released.
+    fn take_idle(
+        &self,
+        st: &mut PoolState,
+        settings: &PoolSettings,
+        expired: &mut Vec<ServerConn>,
+    ) -> Option<ServerConn> {
         loop {
             let s = if settings.round_robin {
                 st.idle.pop_front()
@@ -215,11 +354,36 @@ impl Pool {
             }?;
             if self.expired(&s, settings) {
                 st.total -= 1;
-                tokio::spawn(s.terminate());
+                expired.push(s);
                 continue;
             }
             return Some(s);
         }
+    }
+
+    /// Reserves a slot for a new connection if pool size, shared limits and the login retry
+    /// delay allow.
+    fn take_slot(&self, st: &mut PoolState, settings: &PoolSettings, reserve: bool) -> Slot {
+        let cap = settings.pool_size
+            + if reserve {
+                settings.reserve_pool_size
+            } else {
+                0
+            };
+        if st.total >= cap {
+            return Slot::Full;
+        }
+        if let Some((at, err)) = &st.last_login_failure {
+            if at.elapsed() < settings.server_login_retry {
+                return Slot::LoginBlocked(err.clone());
+            }
+        }
+        if !settings.limits.try_acquire() {
+            return Slot::Limited;
+        }
+        st.total += 1;
+        st.connecting += 1;
+        Slot::Granted
     }
 
     fn expired(&self, s: &ServerConn, settings: &PoolSettings) -> bool {
@@ -234,12 +398,15 @@ impl Pool {
     fn checkin(&self, mut conn: ServerConn) {
         let settings = self.settings();
         let mut st = self.lock();
-        if self.expired(&conn, &settings) || st.total > settings.pool_size && st.waiters.is_empty()
+        let oversize = st.total > settings.pool_size + settings.reserve_pool_size;
+        if conn.generation != settings.target.generation
+            || (!settings.server_lifetime.is_zero()
+                && conn.created.elapsed() >= settings.server_lifetime)
+            || (oversize && st.waiters.is_empty())
         {
             st.total -= 1;
-            self.grant_free_slots(&mut st);
             drop(st);
-            tokio::spawn(conn.terminate());
+            self.closed_idle(conn);
             return;
         }
         while let Some((_, w)) = st.waiters.pop_front() {
@@ -253,22 +420,79 @@ impl Pool {
         st.idle.push_back(conn);
     }
 
-    /// A lent or granted slot is gone (its server closed, or its connect failed).
-    fn forget(&self) {
-        let mut st = self.lock();
-        st.total -= 1;
-        self.grant_free_slots(&mut st);
+    /// Closes a server already taken out of the pool's count, and frees its shared units.
+    fn closed_idle(&self, conn: ServerConn) {
+        tokio::spawn(conn.terminate());
+        self.settings().limits.release();
+        self.grant_free_slots();
     }
 
-    fn grant_free_slots(&self, st: &mut PoolState) {
-        let size = self.settings.load().pool_size;
-        while st.total < size {
-            let Some((_, w)) = st.waiters.pop_front() else {
-                break;
+    /// A lent or granted slot is gone (its server closed, or its connect failed).
+    fn forget(&self) {
+        self.lock().total -= 1;
+        self.settings().limits.release();
+        self.grant_free_slots();
+    }
+
+    /// A slot granted for a connection that will not be made (connect failed, or its
+    /// holder gave up).
+    fn abandon_slot(&self) {
+        {
+            let mut st = self.lock();
+            st.total -= 1;
+            st.connecting -= 1;
+        }
+        self.settings().limits.release();
+        self.grant_free_slots();
+    }
+
+    /// Closes this pool's longest-idle server, for another pool that needs the room.
+    fn close_one_idle(&self) -> bool {
+        let conn = {
+            let mut st = self.lock();
+            let Some(c) = st.idle.pop_front() else {
+                return false;
             };
-            if w.send(Grant::Connect).is_ok() {
-                st.total += 1;
+            st.total -= 1;
+            c
+        };
+        self.closed_idle(conn);
+        true
+    }
+
+    /// Gives free slots to waiters, as long as size, limits and the login retry allow.
+    pub fn grant_free_slots(&self) {
+        let settings = self.settings();
+        let mut unused_slot = false;
+        {
+            let mut st = self.lock();
+            loop {
+                while st.waiters.front().is_some_and(|(_, w)| w.is_closed()) {
+                    st.waiters.pop_front();
+                }
+                if st.waiters.is_empty() {
+                    break;
+                }
+                if !matches!(self.take_slot(&mut st, &settings, false), Slot::Granted) {
+                    break;
+                }
+                let mut sent = false;
+                while let Some((_, w)) = st.waiters.pop_front() {
+                    if w.send(Grant::Connect).is_ok() {
+                        sent = true;
+                        break;
+                    }
+                }
+                if !sent {
+                    st.total -= 1;
+                    st.connecting -= 1;
+                    unused_slot = true;
+                    break;
+                }
             }
+        }
+        if unused_slot {
+            settings.limits.return_units();
         }
     }
 

@@ -1,0 +1,97 @@
+//! Housekeeping every pool needs when no client is looking: closing servers that outlived
+//! server_lifetime or sat idle past server_idle_timeout, and keeping min_pool_size open.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{Pool, Slot};
+use crate::server;
+
+const PERIOD: Duration = Duration::from_secs(1);
+
+pub(super) fn spawn(pool: &Arc<Pool>) {
+    let weak = Arc::downgrade(pool);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(pool) = Weak::upgrade(&weak) else {
+                return;
+            };
+            pool.expire_idle();
+            pool.fill_to_minimum().await;
+        }
+    });
+}
+
+impl Pool {
+    /// Closes idle servers past their lifetime or idle timeout; the idle timeout spares
+    /// the ones min_pool_size keeps.
+    fn expire_idle(&self) {
+        let settings = self.settings();
+        let mut closing = Vec::new();
+        {
+            let mut st = self.lock();
+            let mut i = 0;
+            while i < st.idle.len() {
+                let s = &st.idle[i];
+                let too_old = !settings.server_lifetime.is_zero()
+                    && s.created.elapsed() >= settings.server_lifetime;
+                let too_idle = !settings.server_idle_timeout.is_zero()
+                    && s.idle_since.elapsed() >= settings.server_idle_timeout
+                    && st.total > settings.min_pool_size;
+                let stale = s.generation != settings.target.generation;
+                if too_old || too_idle || stale {
+                    if let Some(s) = st.idle.remove(i) {
+                        st.total -= 1;
+                        closing.push(s);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for s in closing {
+            tracing::debug!(server = ?s, "closing server past server_lifetime or server_idle_timeout");
+            self.closed_idle(s);
+        }
+    }
+
+    /// Opens servers until min_pool_size (capped by pool_size) are open, one at a time.
+    async fn fill_to_minimum(self: &Arc<Self>) {
+        let settings = self.settings();
+        let want = settings.min_pool_size.min(settings.pool_size);
+        loop {
+            let scram = {
+                let mut st = self.lock();
+                if st.total >= want || !st.waiters.is_empty() {
+                    return;
+                }
+                if !matches!(self.take_slot(&mut st, &settings, false), Slot::Granted) {
+                    return;
+                }
+                st.scram.clone()
+            };
+            let slot = super::lease::Slot::new(self.clone());
+            match server::connect(&settings.target, scram).await {
+                Ok(conn) => {
+                    {
+                        let mut st = self.lock();
+                        st.last_login_failure = None;
+                        if st.welcome.is_none() {
+                            st.welcome = Some(Arc::new(conn.params.clone()));
+                        }
+                    }
+                    slot.fill(conn).release();
+                }
+                Err(e) => {
+                    tracing::warn!(db = %self.database, user = %self.user, "min_pool_size: server login failed: {e}");
+                    self.lock().last_login_failure =
+                        Some((std::time::Instant::now(), e.to_client_error()));
+                    return;
+                }
+            }
+        }
+    }
+}
