@@ -64,6 +64,52 @@ pub struct Session {
     delta: Delta,
     query_started: Option<Instant>,
     xact_started: Option<Instant>,
+    /// When the client last became idle with a server lent (for idle_transaction_timeout).
+    idle_since: Instant,
+    timeouts: Timeouts,
+    /// One timer, re-armed as the deadline that matters changes.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: Option<Instant>,
+}
+
+/// The client-side timeouts of PgBouncer; None where disabled.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timeouts {
+    pub client_idle: Option<Duration>,
+    pub idle_transaction: Option<Duration>,
+    pub query: Option<Duration>,
+    pub transaction: Option<Duration>,
+    pub query_wait_notify: Option<Duration>,
+}
+
+impl Timeouts {
+    fn from_config(g: &weir_config::General, user: Option<&weir_config::User>) -> Timeouts {
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        Timeouts {
+            client_idle: nonzero(
+                user.and_then(|u| u.client_idle_timeout)
+                    .unwrap_or(g.client_idle_timeout),
+            ),
+            idle_transaction: nonzero(
+                user.and_then(|u| u.idle_transaction_timeout)
+                    .unwrap_or(g.idle_transaction_timeout),
+            ),
+            query: nonzero(
+                user.and_then(|u| u.query_timeout)
+                    .unwrap_or(g.query_timeout),
+            ),
+            transaction: nonzero(
+                user.and_then(|u| u.transaction_timeout)
+                    .unwrap_or(g.transaction_timeout),
+            ),
+            query_wait_notify: nonzero(g.query_wait_notify),
+        }
+    }
+
+    /// True when the relay has a deadline to watch at all.
+    pub fn relay_has_any(&self) -> bool {
+        self.idle_transaction.is_some() || self.query.is_some() || self.transaction.is_some()
+    }
 }
 
 /// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
@@ -143,6 +189,10 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
         delta: Delta::default(),
         query_started: None,
         xact_started: None,
+        idle_since: Instant::now(),
+        timeouts: Timeouts::from_config(general, snap.config.users.get(&client.user)),
+        timer: None,
+        armed: None,
     };
     let log_disconnections = general.log_disconnections;
     drop(snap);
@@ -166,6 +216,7 @@ enum Wake {
     Terminated,
     Gone,
     Shutdown,
+    IdleTimeout,
 }
 
 impl Session {
@@ -195,6 +246,11 @@ impl Session {
                         Wake::Terminated => return "client close request".into(),
                         Wake::Gone => return "client unexpected eof".into(),
                         Wake::Shutdown => return self.refuse(shutting_down()).await,
+                        Wake::IdleTimeout => {
+                            return self
+                                .refuse(PgError::fatal("57P05", "client_idle_timeout"))
+                                .await
+                        }
                     }
                     match self.acquire(&pool, &scram_keys).await {
                         Ok(l) => l,
@@ -243,6 +299,11 @@ impl Session {
                 }
                 Event::ClientProtocol(e) => {
                     held.close().await;
+                    return self.refuse(e).await;
+                }
+                Event::Timeout(e) => {
+                    held.close().await;
+                    self.flush_client().await;
                     return self.refuse(e).await;
                 }
                 Event::TransactionInStatementMode => {
@@ -316,12 +377,14 @@ impl Session {
             if self.shutting_down {
                 return Wake::Shutdown;
             }
+            let idle_limit = self.timeouts.client_idle;
             tokio::select! {
                 _ = shutdown.as_mut() => self.shutting_down = true,
                 r = self.read_more() => match r {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}
                 },
+                _ = sleep_or_never(idle_limit) => return Wake::IdleTimeout,
             }
         }
     }
@@ -337,8 +400,24 @@ impl Session {
         let started = Instant::now();
         let checkout = pool.checkout(keys.clone(), false);
         tokio::pin!(checkout);
+        let notify =
+            tokio::time::sleep(self.timeouts.query_wait_notify.unwrap_or(Duration::MAX / 4));
+        tokio::pin!(notify);
+        let mut notified = self.timeouts.query_wait_notify.is_none();
         loop {
             tokio::select! {
+                _ = &mut notify, if !notified => {
+                    notified = true;
+                    let notice = messages::notice_response(&PgError {
+                        severity: "NOTICE".into(),
+                        code: "00000".into(),
+                        message: "No server connection available in postgres backend, client being queued".into(),
+                        detail: None,
+                    });
+                    if self.stream.write_all(&notice).await.is_err() {
+                        return Err(None);
+                    }
+                }
                 r = &mut checkout => {
                     self.delta.wait_time_us += started.elapsed().as_micros() as u64;
                     self.client.0.set_idle();
@@ -437,6 +516,14 @@ impl Session {
             .run_internal(&sql, INTERNAL_QUERY_TIMEOUT)
             .await
             .map_err(|e| e.to_client_error())
+    }
+}
+
+/// Sleeps for `d`, or forever when there is no limit.
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -39,6 +39,8 @@ pub enum Event {
     ClientProtocol(PgError),
     /// A transaction was opened in statement pooling mode.
     TransactionInStatementMode,
+    /// query_timeout, idle_transaction_timeout or transaction_timeout expired.
+    Timeout(PgError),
 }
 
 /// What the relay knows of the exchange with the current server.
@@ -171,9 +173,53 @@ impl Session {
                 return Poll::Ready(Event::Idle);
             }
             if !progress {
+                if self.timeouts.relay_has_any() {
+                    if let Some(e) = self.poll_deadline(cx) {
+                        return Poll::Ready(Event::Timeout(e));
+                    }
+                }
                 return Poll::Pending;
             }
         }
+    }
+
+    /// The deadline that applies now: a running query, an idle open transaction, the
+    /// transaction as a whole.
+    fn deadline(&self) -> Option<(Instant, PgError)> {
+        let x = &self.exchange;
+        let t = &self.timeouts;
+        let mut best: Option<(Instant, PgError)> = None;
+        let mut consider = |at: Instant, code: &str, what: &str| {
+            if best.as_ref().is_none_or(|(b, _)| at < *b) {
+                best = Some((at, PgError::fatal(code, what)));
+            }
+        };
+        if x.pending > 0 {
+            if let (Some(q), Some(start)) = (t.query, self.query_started) {
+                consider(start + q, "57014", "query_timeout");
+            }
+        } else if x.status != b'I' {
+            if let Some(it) = t.idle_transaction {
+                consider(self.idle_since + it, "25P03", "idle transaction timeout");
+            }
+        }
+        if let (Some(tt), Some(start)) = (t.transaction, self.xact_started) {
+            consider(start + tt, "25P04", "transaction timeout");
+        }
+        best
+    }
+
+    /// Arms the timer for the current deadline; returns the error when it has passed.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<PgError> {
+        let (at, err) = self.deadline()?;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
+        if self.armed != Some(at) {
+            timer.as_mut().reset(at.into());
+            self.armed = Some(at);
+        }
+        timer.as_mut().poll(cx).is_ready().then_some(err)
     }
 
     fn scan_client(&mut self) -> Result<(), PgError> {
@@ -241,6 +287,7 @@ impl Session {
                     self.delta.queries += 1;
                     if x.pending == 0 {
                         x.answered = true;
+                        self.idle_since = Instant::now();
                         if let Some(t) = self.query_started.take() {
                             self.delta.query_time_us += t.elapsed().as_micros() as u64;
                         }

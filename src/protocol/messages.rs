@@ -26,7 +26,15 @@ fn with_message(tag: u8, body: impl FnOnce(&mut BytesMut)) -> BytesMut {
 }
 
 pub fn error_response(err: &PgError) -> BytesMut {
-    with_message(b'E', |b| {
+    error_or_notice(b'E', err)
+}
+
+pub fn notice_response(err: &PgError) -> BytesMut {
+    error_or_notice(b'N', err)
+}
+
+fn error_or_notice(tag: u8, err: &PgError) -> BytesMut {
+    with_message(tag, |b| {
         b.put_u8(b'S');
         put_cstr(b, &err.severity);
         // 'V' is the non-localized severity that newer clients prefer.
