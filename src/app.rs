@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use weir_auth::Secret;
 use weir_config::{AuthFile, Config, Database, PoolMode};
 
+use crate::client_limits::ClientLimits;
 use crate::pool::{Limit, Limits, Pool, PoolSettings};
 use crate::server::{ServerAddr, ServerTarget};
 
@@ -68,6 +69,7 @@ pub struct App {
     /// Targets by pool, to tell on reload which pools now reach their servers differently.
     generation: AtomicU64,
     pub clients: AtomicUsize,
+    pub client_limits: Arc<ClientLimits>,
     pub shutdown: CancellationToken,
 }
 
@@ -81,6 +83,7 @@ impl App {
             user_limits: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
+            client_limits: Arc::new(ClientLimits::default()),
             shutdown: CancellationToken::new(),
         })
     }
@@ -91,8 +94,21 @@ impl App {
 
     /// The pool for a database entry and the user Weir logs in as, created on first use.
     pub fn pool(&self, snap: &Snapshot, db_name: &str, client_user: &str) -> Option<Arc<Pool>> {
-        let (db, server_db) = snap.resolve_database(db_name)?;
+        let (db, _) = snap.resolve_database(db_name)?;
         let server_user = db.user.clone().unwrap_or_else(|| client_user.to_owned());
+        self.pool_as(snap, db_name, &server_user, client_user)
+    }
+
+    /// The pool for a database entry and an explicit server user.
+    pub fn pool_as(
+        &self,
+        snap: &Snapshot,
+        db_name: &str,
+        server_user: &str,
+        client_user: &str,
+    ) -> Option<Arc<Pool>> {
+        let (db, server_db) = snap.resolve_database(db_name)?;
+        let server_user = server_user.to_owned();
         let key = (db_name.to_owned(), server_user.clone());
         let mut pools = self.pools();
         if let Some(p) = pools.get(&key) {

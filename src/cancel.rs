@@ -8,13 +8,20 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::protocol::messages;
-use crate::registry::clients::cancel_target;
+use crate::registry::clients::{by_cancel_key, ClientState};
 use crate::server::{BackendKey, ServerAddr};
 
-/// Forwards a client's cancel request to the server running its query, if any.
+/// Forwards a client's cancel request to the server running its query; a client still
+/// waiting for a server is taken out of the queue instead.
 pub async fn forward(key: BackendKey) {
-    let Some(target) = cancel_target(key) else {
-        tracing::debug!(pid = key.pid, "cancel request for no running query");
+    let Some(client) = by_cancel_key(key) else {
+        tracing::debug!(pid = key.pid, "cancel request with an unknown key");
+        return;
+    };
+    let Some(target) = client.link() else {
+        if client.state() == ClientState::Waiting {
+            client.cancel_wait.notify_one();
+        }
         return;
     };
     let packet = messages::cancel_request(target.key.pid, target.key.secret);

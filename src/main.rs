@@ -2,9 +2,11 @@
 
 mod admin;
 mod app;
+mod auth_query;
 mod cancel;
 mod cli;
 mod client;
+mod client_limits;
 mod listener;
 mod logging;
 mod params;

@@ -10,6 +10,7 @@ use weir_auth::Secret;
 use weir_config::AuthType;
 
 use crate::app::{App, Snapshot};
+use crate::client_limits::{ClientSlot, Scope};
 use crate::params::{tracked_name, ParamSet};
 use crate::pool::Pool;
 use crate::protocol::messages::{
@@ -30,6 +31,8 @@ pub struct LoggedIn {
     pub requested: ParamSet,
     /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
     pub scram_keys: Option<Credential>,
+    /// The client's places under max_db_client_connections and max_user_client_connections.
+    pub slots: (ClientSlot, ClientSlot),
 }
 
 pub enum Outcome {
@@ -195,7 +198,7 @@ pub async fn login(
                 "not allowed to connect to the admin console",
             )));
         }
-        authenticate(&snap, stream, buf, &user)
+        authenticate(&snap, stream, buf, &user, snap.secret(&user).as_ref())
             .await
             .map_err(refuse)?;
         return Ok(Outcome::Admin(AdminLogin {
@@ -211,15 +214,62 @@ pub async fn login(
         )));
     }
 
-    let scram_keys = authenticate(&snap, stream, buf, &user)
+    let mut secret = snap.secret(&user);
+    let mut looked_up = false;
+    if secret.is_none() && !matches!(snap.config.general.auth_type, AuthType::Any) {
+        if let Some(src) = crate::auth_query::source(&snap, &database) {
+            secret = crate::auth_query::lookup(app, &snap, &src, &user)
+                .await
+                .map_err(refuse)?;
+            looked_up = secret.is_some();
+        }
+    }
+    let scram_keys = authenticate(&snap, stream, buf, &user, secret.as_ref())
         .await
         .map_err(refuse)?;
+    let g = &snap.config.general;
+    let db_max = snap
+        .resolve_database(&database)
+        .and_then(|(db, _)| db.max_db_client_connections)
+        .unwrap_or(g.max_db_client_connections);
+    let user_max = snap
+        .config
+        .users
+        .get(&user)
+        .and_then(|u| u.max_user_client_connections)
+        .unwrap_or(g.max_user_client_connections);
+    let db_slot = app
+        .client_limits
+        .enter(Scope::Database, &database, db_max as usize)
+        .ok_or_else(|| {
+            refuse(PgError::fatal(
+                "53300",
+                "no more connections allowed (max_db_client_connections)",
+            ))
+        })?;
+    let user_slot = app
+        .client_limits
+        .enter(Scope::User, &user, user_max as usize)
+        .ok_or_else(|| {
+            refuse(PgError::fatal(
+                "53300",
+                "no more connections allowed (max_user_client_connections)",
+            ))
+        })?;
     let pool = app.pool(&snap, &database, &user).ok_or_else(|| {
         refuse(PgError::fatal(
             "3D000",
             format!("no such database: {database}"),
         ))
     })?;
+    if looked_up {
+        let forced_password = snap
+            .resolve_database(&database)
+            .is_some_and(|(db, _)| db.user.is_some() && db.password.is_some());
+        if let (false, Some(s)) = (forced_password, &secret) {
+            pool.learn_secret(s);
+        }
+    }
     if let Some(name) = requested.get("application_name").map(str::to_owned) {
         if snap.config.general.application_name_add_host {
             requested.set("application_name", &format!("{name} - {peer}"));
@@ -231,6 +281,7 @@ pub async fn login(
         pool,
         requested,
         scram_keys,
+        slots: (db_slot, user_slot),
     }))
 }
 
@@ -274,9 +325,10 @@ async fn authenticate(
     stream: &mut Stream,
     buf: &mut BytesMut,
     user: &str,
+    secret: Option<&Secret>,
 ) -> Result<Option<Credential>, PgError> {
     let auth_type = snap.config.general.auth_type;
-    let secret = snap.secret(user);
+    let secret = secret.cloned();
     let mut out = BytesMut::new();
     let mut keys = None;
     match (auth_type, &secret) {

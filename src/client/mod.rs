@@ -254,6 +254,12 @@ impl Session {
                     }
                     match self.acquire(&pool, &scram_keys).await {
                         Ok(l) => l,
+                        Err(Some(e)) if e.severity == "ERROR" => {
+                            if let Err(reason) = self.fail_request(&e).await {
+                                return reason;
+                            }
+                            continue;
+                        }
                         Err(Some(e)) => return self.refuse(e).await,
                         Err(None) => return "client gone while waiting for a server".into(),
                     }
@@ -318,6 +324,36 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Answers the client's queued request with an error instead of running it: its
+    /// messages up to the next Query or Sync are dropped, as PostgreSQL skips to Sync
+    /// after an error. Errs with the reason when the client is gone.
+    async fn fail_request(&mut self, error: &PgError) -> Result<(), String> {
+        loop {
+            let mut framer = Framer::default();
+            let mut end = None;
+            while let Ok(Some(f)) = framer.next(&self.inbuf, self.max_packet, |_| true) {
+                if matches!(f.tag, b'Q' | b'S') {
+                    end = Some(framer.scanned());
+                    break;
+                }
+            }
+            if let Some(end) = end {
+                let _ = self.inbuf.split_to(end);
+                break;
+            }
+            match self.read_more().await {
+                Ok(0) | Err(_) => return Err("client unexpected eof".into()),
+                Ok(_) => {}
+            }
+        }
+        let mut out = messages::error_response(error);
+        messages::ready_for_query(&mut out, b'I');
+        self.stream
+            .write_all(&out)
+            .await
+            .map_err(|_| "client unexpected eof".to_string())
     }
 
     /// Sends the client a fatal error and says why the session ended.
@@ -404,8 +440,13 @@ impl Session {
             tokio::time::sleep(self.timeouts.query_wait_notify.unwrap_or(Duration::MAX / 4));
         tokio::pin!(notify);
         let mut notified = self.timeouts.query_wait_notify.is_none();
+        let me = self.client.0.clone();
         loop {
             tokio::select! {
+                _ = me.cancel_wait.notified() => {
+                    me.set_idle();
+                    return Err(Some(PgError::error("57014", "canceling statement due to user request")));
+                }
                 _ = &mut notify, if !notified => {
                     notified = true;
                     let notice = messages::notice_response(&PgError {

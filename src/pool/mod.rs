@@ -129,6 +129,18 @@ impl Pool {
         self.grant_free_slots();
     }
 
+    /// Sets the secret new server connections log in with, when it was learnt at a client's
+    /// login (auth_query) rather than from the configuration.
+    pub fn learn_secret(&self, secret: &weir_auth::Secret) {
+        let current = self.settings();
+        if current.target.secret.as_ref() == Some(secret) {
+            return;
+        }
+        let mut next = (**current).clone();
+        next.target.secret = Some(secret.clone());
+        self.settings.store(Arc::new(next));
+    }
+
     fn lock(&self) -> MutexGuard<'_, PoolState> {
         // A panic while holding this lock cannot leave the state half-updated in a way that
         // matters more than stopping the whole pooler would.

@@ -21,6 +21,15 @@ impl PgError {
         }
     }
 
+    pub fn error(code: &str, message: impl Into<String>) -> PgError {
+        PgError {
+            severity: "ERROR".into(),
+            code: code.into(),
+            message: message.into(),
+            detail: None,
+        }
+    }
+
     /// Parses the fields of an ErrorResponse/NoticeResponse body.
     pub fn parse(body: &[u8]) -> PgError {
         let mut e = PgError {

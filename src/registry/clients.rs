@@ -1,7 +1,10 @@
 //! Logged-in clients: their cancel key, where they are, what they are doing.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::{now_micros, Registry};
 use crate::server::{BackendKey, ServerAddr};
@@ -40,6 +43,11 @@ pub struct ClientInfo {
     request_time: AtomicU64,
     wait_since: AtomicU64,
     link: Mutex<Option<CancelTarget>>,
+    /// Woken by a cancel request that finds the client waiting in a queue.
+    pub cancel_wait: Notify,
+    /// Cancelled by the admin console (KILL, KILL_CLIENT): the session task ends the client.
+    kill: CancellationToken,
+    kill_reason: OnceLock<&'static str>,
 }
 
 impl ClientInfo {
@@ -65,6 +73,21 @@ impl ClientInfo {
 
     pub fn link(&self) -> Option<CancelTarget> {
         self.link.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Asks the client's session to disconnect it, telling it `reason`.
+    pub fn kill(&self, reason: &'static str) {
+        let _ = self.kill_reason.set(reason);
+        self.kill.cancel();
+    }
+
+    /// Resolves once the client was killed, with the reason to tell it.
+    pub async fn killed(&self) -> &'static str {
+        self.kill.cancelled().await;
+        self.kill_reason
+            .get()
+            .copied()
+            .unwrap_or("admin forced disconnect")
     }
 
     pub fn set_waiting(&self) {
@@ -118,6 +141,9 @@ impl ClientHandle {
                 request_time: AtomicU64::new(0),
                 wait_since: AtomicU64::new(0),
                 link: Mutex::new(None),
+                cancel_wait: Notify::new(),
+                kill: CancellationToken::new(),
+                kill_reason: OnceLock::new(),
             },
         );
         ClientHandle(info)
@@ -130,12 +156,8 @@ impl Drop for ClientHandle {
     }
 }
 
-/// The server a cancel request with this key must reach, if the key is genuine and its
-/// client is running something.
-pub fn cancel_target(key: BackendKey) -> Option<CancelTarget> {
+/// The client a cancel request's key names, if the key is genuine.
+pub fn by_cancel_key(key: BackendKey) -> Option<Arc<ClientInfo>> {
     let client = CLIENTS.get(key.pid)?;
-    if client.key.secret != key.secret {
-        return None;
-    }
-    client.link()
+    (client.key.secret == key.secret).then_some(client)
 }

@@ -1,0 +1,151 @@
+//! auth_query: a client missing from the auth_file has its secret looked up in PostgreSQL,
+//! through a connection logged in as auth_user, on every login (so a changed password takes
+//! effect at once).
+
+use bytes::{Buf, BufMut, BytesMut};
+use tokio::io::AsyncWriteExt;
+use weir_auth::Secret;
+
+use crate::app::{App, Snapshot};
+use crate::protocol::messages::put_message;
+use crate::protocol::reader::read_message;
+use crate::protocol::PgError;
+
+/// Who runs the lookup, and where: None when auth_query is not configured for this
+/// database.
+pub struct LookupSource {
+    pub auth_user: String,
+    pub query: String,
+    pub database: String,
+}
+
+pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
+    let g = &snap.config.general;
+    let (db, _) = snap.resolve_database(database)?;
+    let auth_user = db.auth_user.clone().or_else(|| g.auth_user.clone())?;
+    Some(LookupSource {
+        auth_user,
+        query: db
+            .auth_query
+            .clone()
+            .unwrap_or_else(|| g.auth_query.clone()),
+        database: db
+            .auth_dbname
+            .clone()
+            .or_else(|| g.auth_dbname.clone())
+            .unwrap_or_else(|| database.to_owned()),
+    })
+}
+
+/// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it.
+pub async fn lookup(
+    app: &App,
+    snap: &Snapshot,
+    src: &LookupSource,
+    user: &str,
+) -> Result<Option<Secret>, PgError> {
+    let pool = app
+        .pool_as(snap, &src.database, &src.auth_user, &src.auth_user)
+        .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
+    let mut lease = pool.checkout(None, true).await?;
+    let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);
+    // Extended protocol, so the user name travels as a parameter and is never spliced
+    // into SQL.
+    put_message(&mut out, b'P', |b| {
+        b.put_u8(0);
+        b.put_slice(src.query.as_bytes());
+        b.put_u8(0);
+        b.put_i16(0);
+    });
+    put_message(&mut out, b'B', |b| {
+        b.put_u8(0);
+        b.put_u8(0);
+        b.put_i16(0);
+        b.put_i16(1);
+        b.put_i32(user.len() as i32);
+        b.put_slice(user.as_bytes());
+        b.put_i16(0);
+    });
+    put_message(&mut out, b'E', |b| {
+        b.put_u8(0);
+        b.put_i32(0);
+    });
+    put_message(&mut out, b'S', |_| {});
+    let failed =
+        |e: &dyn std::fmt::Display| PgError::fatal("08P01", format!("auth_query failed: {e}"));
+    lease.stream.write_all(&out).await.map_err(|e| failed(&e))?;
+    let mut buf = BytesMut::with_capacity(512);
+    let mut secret = None;
+    let mut error = None;
+    loop {
+        let msg = read_message(&mut lease.stream, &mut buf, 1 << 20)
+            .await
+            .map_err(|e| failed(&e))?;
+        match msg.tag {
+            b'D' => secret = parse_row(msg.body),
+            b'E' => error = Some(PgError::parse(&msg.body)),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    if !buf.is_empty() {
+        lease.close().await;
+    } else {
+        lease.release();
+    }
+    if let Some(e) = error {
+        tracing::warn!("auth_query failed: {e}");
+        return Err(PgError::fatal(
+            "08P01",
+            format!("auth_query failed: {}", e.message),
+        ));
+    }
+    Ok(secret.map(|s| Secret::parse(&s)))
+}
+
+/// The second column (the secret) of a DataRow; NULL means no password.
+fn parse_row(mut body: bytes::Bytes) -> Option<String> {
+    if body.remaining() < 2 || body.get_i16() < 2 {
+        return None;
+    }
+    let mut column = |body: &mut bytes::Bytes| -> Option<Option<String>> {
+        if body.remaining() < 4 {
+            return None;
+        }
+        let len = body.get_i32();
+        if len < 0 {
+            return Some(None);
+        }
+        let len = len as usize;
+        if body.remaining() < len {
+            return None;
+        }
+        let v = body.split_to(len);
+        Some(Some(String::from_utf8_lossy(&v).into_owned()))
+    };
+    column(&mut body)?;
+    column(&mut body)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_secret_column() {
+        let mut b = BytesMut::new();
+        b.put_i16(2);
+        b.put_i32(3);
+        b.put_slice(b"bob");
+        b.put_i32(5);
+        b.put_slice(b"md5ab");
+        assert_eq!(parse_row(b.clone().freeze()), Some("md5ab".into()));
+        let mut n = BytesMut::new();
+        n.put_i16(2);
+        n.put_i32(3);
+        n.put_slice(b"bob");
+        n.put_i32(-1);
+        assert_eq!(parse_row(n.freeze()), None);
+        assert_eq!(parse_row(bytes::Bytes::from_static(b"\x00\x02\x00")), None);
+    }
+}
