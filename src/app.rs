@@ -196,6 +196,7 @@ fn same_target(a: &ServerTarget, b: &ServerTarget) -> bool {
         && a.secret == b.secret
         && a.startup_params == b.startup_params
         && a.connect_query == b.connect_query
+        && a.tcp == b.tcp
 }
 
 /// Where PostgreSQL's Unix socket is when a database entry names no host.
@@ -261,6 +262,7 @@ fn pool_settings(
             startup_params,
             connect_query: db.connect_query.clone(),
             connect_timeout: g.server_connect_timeout,
+            tcp: crate::tcp_options::TcpOptions::from_config(g),
             generation,
         },
         reserve_pool_size: user

@@ -108,7 +108,7 @@ fn parse_row(mut body: bytes::Bytes) -> Option<String> {
     if body.remaining() < 2 || body.get_i16() < 2 {
         return None;
     }
-    let mut column = |body: &mut bytes::Bytes| -> Option<Option<String>> {
+    let column = |body: &mut bytes::Bytes| -> Option<Option<String>> {
         if body.remaining() < 4 {
             return None;
         }

@@ -109,6 +109,9 @@ pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         let _ =
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(g.unix_socket_mode));
+        if let Some(group) = g.unix_socket_group.as_deref().filter(|s| !s.is_empty()) {
+            set_group(&path, group)?;
+        }
         listeners.push(StdListener::Unix(l, path));
     }
     if listeners.is_empty() {
@@ -120,9 +123,10 @@ pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
 /// Accepts until shutdown; each client gets its own task.
 pub async fn run(app: Arc<App>, listener: Listener) {
     loop {
+        let tcp = crate::tcp_options::TcpOptions::from_config(&app.snapshot.load().config.general);
         let accepted = tokio::select! {
             _ = app.shutdown.cancelled() => return,
-            r = accept(&listener) => r,
+            r = accept(&listener, &tcp) => r,
         };
         match accepted {
             Ok(stream) => {
@@ -137,13 +141,30 @@ pub async fn run(app: Arc<App>, listener: Listener) {
     }
 }
 
-async fn accept(listener: &Listener) -> std::io::Result<Stream> {
+async fn accept(
+    listener: &Listener,
+    tcp: &crate::tcp_options::TcpOptions,
+) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => {
             let (s, _) = l.accept().await?;
-            s.set_nodelay(true)?;
+            tcp.apply(socket2::SockRef::from(&s))?;
             Ok(Stream::Tcp(s))
         }
         Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
     }
+}
+
+/// Gives the Unix socket to `unix_socket_group`, so its members may connect.
+fn set_group(path: &std::path::Path, group: &str) -> Result<(), String> {
+    let cname = std::ffi::CString::new(group).map_err(|_| format!("bad group name {group:?}"))?;
+    // SAFETY: getgrnam returns a pointer into static storage, read at once and not kept.
+    let gid = unsafe {
+        let gr = libc::getgrnam(cname.as_ptr());
+        if gr.is_null() {
+            return Err(format!("unix_socket_group: group {group} not found"));
+        }
+        (*gr).gr_gid
+    };
+    std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| format!("unix_socket_group: {e}"))
 }

@@ -16,11 +16,10 @@ mod registry;
 mod server;
 mod stats;
 mod stream;
+mod tcp_options;
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -134,6 +133,7 @@ async fn serve(
         return ExitCode::FAILURE;
     };
     let app = App::new(config_path, snap);
+    admin::start(&app);
     for l in listeners {
         match l.into_tokio() {
             Ok(l) => {
@@ -154,8 +154,15 @@ async fn serve(
         tokio::select! {
             _ = hup.recv() => {
                 sinks.reopen();
-                reload(&app, &app.config_path);
+                let _ = admin::reload_config(&app);
             }
+            mode = admin::shutdown_requested() => match mode {
+                // SHUTDOWN: exit now, as SIGTERM.
+                admin::control::ShutdownMode::Immediate => return ExitCode::SUCCESS,
+                // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
+                // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
+                _ => break,
+            },
             _ = int.recv() => {
                 tracing::info!("got SIGINT, shutting down when transactions finish");
                 app.shutdown.cancel();
@@ -183,17 +190,4 @@ async fn serve(
     }
     tracing::info!("shutdown complete");
     ExitCode::SUCCESS
-}
-
-fn reload(app: &Arc<App>, path: &Path) {
-    match Snapshot::load(path) {
-        Ok(snap) => {
-            for notice in &snap.config.notices {
-                tracing::warn!("{notice}");
-            }
-            app.apply(snap);
-            tracing::info!("configuration reloaded from {}", path.display());
-        }
-        Err(e) => tracing::error!("reload failed, keeping the old configuration: {e}"),
-    }
 }

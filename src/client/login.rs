@@ -32,7 +32,7 @@ pub struct LoggedIn {
     /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
     pub scram_keys: Option<Credential>,
     /// The client's places under max_db_client_connections and max_user_client_connections.
-    pub slots: (ClientSlot, ClientSlot),
+    pub _slots: (ClientSlot, ClientSlot),
 }
 
 pub enum Outcome {
@@ -213,6 +213,9 @@ pub async fn login(
             format!("no such database: {database}"),
         )));
     }
+    if let Some(e) = crate::admin::login_refusal(&database) {
+        return Err(refuse(e));
+    }
 
     let mut secret = snap.secret(&user);
     let mut looked_up = false;
@@ -281,7 +284,7 @@ pub async fn login(
         pool,
         requested,
         scram_keys,
-        slots: (db_slot, user_slot),
+        _slots: (db_slot, user_slot),
     }))
 }
 

@@ -70,6 +70,9 @@ pub struct Session {
     /// One timer, re-armed as the deadline that matters changes.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     armed: Option<Instant>,
+    /// server_fast_close: in session mode, give up a server whose connection settings a
+    /// reload changed as soon as its transaction ends.
+    fast_close: bool,
 }
 
 /// The client-side timeouts of PgBouncer; None where disabled.
@@ -193,10 +196,20 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
         timeouts: Timeouts::from_config(general, snap.config.users.get(&client.user)),
         timer: None,
         armed: None,
+        fast_close: general.server_fast_close,
     };
     let log_disconnections = general.log_disconnections;
     drop(snap);
-    let reason = session.run(&app, client).await;
+    let info = session.client.0.clone();
+    let reason = tokio::select! {
+        r = session.run(&app, client) => r,
+        // KILL / KILL_CLIENT from the admin console: whatever the session was doing
+        // (a lent server is closed with it), it ends now.
+        why = info.killed() => {
+            refuse(&mut session.stream, &PgError::fatal("08P01", why)).await;
+            why.to_owned()
+        }
+    };
     session.flush_stats();
     if log_disconnections {
         tracing::info!("{who} closing because: {reason}");

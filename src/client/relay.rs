@@ -102,7 +102,9 @@ impl Session {
     }
 
     fn poll_relay(&mut self, server: &mut ServerConn, cx: &mut Context<'_>) -> Poll<Event> {
-        let release_on_idle = self.mode != PoolMode::Session || self.shutting_down;
+        let release_on_idle = self.mode != PoolMode::Session
+            || self.shutting_down
+            || (self.fast_close && server.generation != self.pool.settings().target.generation);
         loop {
             let mut progress = false;
 

@@ -32,6 +32,7 @@ pub struct ServerTarget {
     pub startup_params: Vec<(String, String)>,
     pub connect_query: Option<String>,
     pub connect_timeout: Duration,
+    pub tcp: crate::tcp_options::TcpOptions,
     pub generation: u64,
 }
 
@@ -77,11 +78,11 @@ pub async fn connect(
     }
 }
 
-async fn open(addr: &ServerAddr) -> io::Result<Stream> {
+async fn open(addr: &ServerAddr, tcp: &crate::tcp_options::TcpOptions) -> io::Result<Stream> {
     Ok(match addr {
         ServerAddr::Tcp { host, port } => {
             let s = TcpStream::connect((host.as_str(), *port)).await?;
-            s.set_nodelay(true)?;
+            tcp.apply(socket2::SockRef::from(&s))?;
             Stream::Tcp(s)
         }
         ServerAddr::Unix { path } => Stream::Unix(UnixStream::connect(path).await?),
@@ -94,7 +95,7 @@ async fn connect_inner(
 ) -> Result<ServerConn, ConnectError> {
     let id = ServerConn::next_id();
     let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
-    let mut stream = open(&target.addr).await?;
+    let mut stream = open(&target.addr, &target.tcp).await?;
     let mut params: Vec<(&str, &str)> =
         vec![("user", &target.user), ("database", &target.database)];
     params.extend(

@@ -10,10 +10,16 @@ use crate::general::General;
 pub const IMPLEMENTED: &[&str] = &[
     "admin_users",
     "application_name_add_host",
+    "auth_dbname",
     "auth_file",
+    "auth_query",
     "auth_type",
+    "auth_user",
+    "client_idle_timeout",
     "client_login_timeout",
     "default_pool_size",
+    "dns_max_ttl",
+    "idle_transaction_timeout",
     "ignore_startup_parameters",
     "job_name",
     "listen_addr",
@@ -24,24 +30,42 @@ pub const IMPLEMENTED: &[&str] = &[
     "log_pooler_errors",
     "logfile",
     "max_client_conn",
+    "max_db_client_connections",
+    "max_db_connections",
     "max_packet_size",
+    "max_user_client_connections",
+    "max_user_connections",
+    "min_pool_size",
     "pidfile",
     "pkt_buf",
     "pool_mode",
+    "query_timeout",
+    "query_wait_notify",
     "query_wait_timeout",
+    "reserve_pool_size",
+    "reserve_pool_timeout",
+    "server_check_delay",
+    "server_check_query",
     "server_connect_timeout",
+    "server_fast_close",
     "server_idle_timeout",
     "server_lifetime",
     "server_login_retry",
     "server_reset_query",
     "server_reset_query_always",
+    "server_round_robin",
     "so_reuseport",
     "stats_users",
     "syslog",
     "syslog_facility",
     "syslog_ident",
     "tcp_keepalive",
+    "tcp_keepcnt",
+    "tcp_keepidle",
+    "tcp_keepintvl",
+    "tcp_socket_buffer",
     "tcp_user_timeout",
+    "transaction_timeout",
     "unix_socket_dir",
     "unix_socket_group",
     "unix_socket_mode",
@@ -51,22 +75,40 @@ pub const IMPLEMENTED: &[&str] = &[
 
 /// `[databases]` connection-string parameters Weir implements.
 pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
+    "auth_dbname",
+    "auth_query",
+    "auth_user",
     "client_encoding",
     "connect_query",
     "datestyle",
     "dbname",
     "host",
+    "max_db_client_connections",
     "max_db_connections",
+    "min_pool_size",
     "password",
     "pool_mode",
     "pool_size",
     "port",
+    "reserve_pool",
+    "reserve_pool_size",
+    "server_lifetime",
     "timezone",
     "user",
 ];
 
 /// `[users]` parameters Weir implements.
-pub const IMPLEMENTED_USER_PARAMS: &[&str] = &["max_user_connections", "pool_mode", "pool_size"];
+pub const IMPLEMENTED_USER_PARAMS: &[&str] = &[
+    "client_idle_timeout",
+    "idle_transaction_timeout",
+    "max_user_client_connections",
+    "max_user_connections",
+    "pool_mode",
+    "pool_size",
+    "query_timeout",
+    "reserve_pool_size",
+    "transaction_timeout",
+];
 
 /// Whether the current value of a `[pgbouncer]` option is one Weir honours.
 /// The TLS modes are implemented only for values that need no TLS.
@@ -103,6 +145,6 @@ mod tests {
         assert!(option_is_implemented("client_tls_sslmode", &g));
         g.client_tls_sslmode = SslMode::Allow;
         assert!(!option_is_implemented("client_tls_sslmode", &g));
-        assert!(!option_is_implemented("query_timeout", &g));
+        assert!(!option_is_implemented("auth_hba_file", &g));
     }
 }

@@ -352,17 +352,17 @@ fn notices_for_unimplemented_settings() {
     let config = load_ok(
         "[pgbouncer]\n\
          listen_port = 7000\n\
-         query_timeout = 30\n\
+         max_prepared_statements = 30\n\
          min_pool_size = 0\n\
          server_tls_sslmode = require\n\
          client_tls_sslmode = disable\n\
-         dns_max_ttl = 1\n\
-         dns_max_ttl = 2\n\
+         track_extra_parameters = IntervalStyle\n\
+         track_extra_parameters = search_path\n\
          [databases]\n\
-         a = host=x min_pool_size=1 pool_size=5\n\
-         b = host=y min_pool_size=2 server_lifetime=10\n\
+         a = host=x load_balance_hosts=disable pool_size=5\n\
+         b = host=y min_pool_size=2 target_session_attrs=read-write\n\
          [users]\n\
-         u = pool_mode=session query_timeout=5\n\
+         u = pool_mode=session query_wait_timeout=5\n\
          [peers]\n\
          1 = host=p\n",
     );
@@ -378,12 +378,12 @@ fn notices_for_unimplemented_settings() {
     assert_eq!(
         short,
         vec![
-            ":3: option query_timeout is not implemented yet and is ignored",
+            ":3: option max_prepared_statements is not implemented yet and is ignored",
             ":5: option server_tls_sslmode is not implemented yet and is ignored",
-            ":8: option dns_max_ttl is not implemented yet and is ignored",
-            ":10: [databases] parameter min_pool_size is not implemented yet and is ignored",
-            ":11: [databases] parameter server_lifetime is not implemented yet and is ignored",
-            ":13: [users] parameter query_timeout is not implemented yet and is ignored",
+            ":8: option track_extra_parameters is not implemented yet and is ignored",
+            ":10: [databases] parameter load_balance_hosts is not implemented yet and is ignored",
+            ":11: [databases] parameter target_session_attrs is not implemented yet and is ignored",
+            ":13: [users] parameter query_wait_timeout is not implemented yet and is ignored",
             ":15: section [peers] is not implemented yet and is ignored",
         ]
     );
