@@ -41,6 +41,11 @@ fn main() -> ExitCode {
         eprintln!("weir: in daemon mode logfile or syslog must be set");
         return ExitCode::FAILURE;
     }
+    if args.daemon && g.pidfile.is_none() {
+        // As PgBouncer: a daemon nobody can find is a daemon nobody can stop.
+        eprintln!("weir: daemon mode needs pidfile configured");
+        return ExitCode::FAILURE;
+    }
     if let Some(pidfile) = &g.pidfile {
         if let Err(e) = cli::check_pidfile(pidfile) {
             eprintln!("weir: {e}");

@@ -191,8 +191,8 @@ pub async fn login(
     if is_admin_database(&snap, &database) {
         let g = &snap.config.general;
         let any = g.auth_type == AuthType::Any;
-        let full_access = any || g.admin_users.iter().any(|u| *u == user);
-        if !full_access && !g.stats_users.iter().any(|u| *u == user) {
+        let full_access = any || g.admin_users.contains(&user);
+        if !full_access && !g.stats_users.contains(&user) {
             return Err(refuse(PgError::fatal(
                 "28000",
                 "not allowed to connect to the admin console",
@@ -331,13 +331,20 @@ async fn authenticate(
     secret: Option<&Secret>,
 ) -> Result<Option<Credential>, PgError> {
     let auth_type = snap.config.general.auth_type;
-    let secret = secret.cloned();
+    let known = secret.is_some();
+    // An unknown user goes through the same exchange as a known one and fails at the same
+    // point, as in PostgreSQL, so a client cannot probe which users exist.
+    let secret = Some(
+        secret
+            .cloned()
+            .unwrap_or_else(|| Secret::Plain(format!("{:032x}", rand::random::<u128>()))),
+    );
     let mut out = BytesMut::new();
     let mut keys = None;
     match (auth_type, &secret) {
         (AuthType::Any, _) => {}
-        (AuthType::Trust, Some(_)) => {}
-        (AuthType::Trust, None) => {
+        (AuthType::Trust, _) if known => {}
+        (AuthType::Trust, _) => {
             return Err(PgError::fatal("28000", format!("no such user: {user}")))
         }
         (AuthType::Plain, _) => {
@@ -346,7 +353,7 @@ async fn authenticate(
             let body = read_password(stream, buf).await?;
             let password = body.strip_suffix(&[0]).unwrap_or(&body);
             match &secret {
-                Some(s) if weir_auth::plain_verify(user, s, password) => {}
+                Some(s) if known && weir_auth::plain_verify(user, s, password) => {}
                 _ => return Err(password_failed(user)),
             }
         }
@@ -356,9 +363,10 @@ async fn authenticate(
             send(stream, &out).await?;
             let body = read_password(stream, buf).await?;
             let response = body.strip_suffix(&[0]).unwrap_or(&body);
-            if !secret
-                .as_ref()
-                .is_some_and(|s| weir_auth::md5_verify(user, s, salt, response))
+            if !known
+                || !secret
+                    .as_ref()
+                    .is_some_and(|s| weir_auth::md5_verify(user, s, salt, response))
             {
                 return Err(password_failed(user));
             }
@@ -369,8 +377,10 @@ async fn authenticate(
                 return Err(password_failed(user));
             };
             keys = Some(scram_exchange(stream, buf, session, user).await?);
+            if !known {
+                return Err(password_failed(user));
+            }
         }
-        (AuthType::Md5 | AuthType::ScramSha256, None) => return Err(password_failed(user)),
         (other, _) => {
             return Err(PgError::fatal(
                 "28000",

@@ -184,7 +184,9 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
         sframe: Framer::default(),
         mode,
         wanted: ParamSet::default(),
-        max_packet: general.max_packet_size as usize,
+        // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the client
+        // a clear error instead of a server that hangs up.
+        max_packet: (general.max_packet_size as usize).min(relay::MAX_MESSAGE),
         exchange: Exchange::fresh(),
         shutting_down: false,
         client: handle,
@@ -327,7 +329,10 @@ impl Session {
                 }
                 Event::TransactionInStatementMode => {
                     held.close().await;
-                    self.flush_client().await;
+                    // The reply to the statement that opened the transaction is withheld:
+                    // the client must see it fail, not succeed and then lose its connection.
+                    self.outbuf.clear();
+                    self.sframe.reset();
                     return self
                         .refuse(PgError::fatal(
                             "25000",

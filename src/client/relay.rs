@@ -25,7 +25,7 @@ use crate::server::ServerConn;
 const HIGH_WATER: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// PostgreSQL's own limit on a message (MaxAllocSize).
-const MAX_SERVER_MESSAGE: usize = 0x3fff_ffff;
+pub const MAX_MESSAGE: usize = 0x3fff_ffff;
 
 #[derive(Debug)]
 pub enum Event {
@@ -274,7 +274,7 @@ impl Session {
         loop {
             let frame = match self
                 .sframe
-                .next(&self.outbuf, MAX_SERVER_MESSAGE, |t| t == b'Z' || t == b'S')
+                .next(&self.outbuf, MAX_MESSAGE, |t| t == b'Z' || t == b'S')
             {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),

@@ -161,6 +161,8 @@ impl Pool {
         scram: Option<ScramCredential>,
         for_login: bool,
     ) -> Result<Lease, PgError> {
+        // PAUSE / SUSPEND from the admin console: wait for RESUME before taking anything.
+        crate::admin::wait_resumed(&self.database).await;
         let started = Instant::now();
         let mut reserve = false;
         if scram.is_some() {

@@ -1,0 +1,516 @@
+//! The console's control commands (PAUSE, RESUME, SUSPEND, KILL, KILL_CLIENT, RECONNECT,
+//! DISABLE, ENABLE, WAIT_CLOSE, RELOAD, SET, SHUTDOWN) and the state they leave behind,
+//! which the data path consults through three small hooks:
+//!
+//! * [`wait_resumed`] at the start of a pool checkout: a paused database lends no server;
+//! * [`login_refusal`] at login: a disabled database (or a pooler shutting down with
+//!   WAIT_FOR_CLIENTS) takes no new client;
+//! * each client's kill token (`ClientInfo::kill`), which its session task selects on.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::app::{App, Snapshot};
+use crate::pool::Pool;
+use crate::protocol::PgError;
+use crate::registry::clients::CLIENTS;
+use crate::registry::servers::SERVERS;
+
+/// The pooler-wide pause state, as SHOW STATE reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Running,
+    Paused,
+    Suspended,
+}
+
+/// How SHUTDOWN asked the process to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Exit now (plain SHUTDOWN).
+    Immediate,
+    /// Let every client finish its transaction, then exit (like SIGINT).
+    WaitForServers,
+    /// Take no new clients; exit once the connected ones have left.
+    WaitForClients,
+}
+
+struct State {
+    mode: Mode,
+    paused: HashSet<String>,
+    disabled: HashSet<String>,
+    /// Servers RECONNECT marked to close once released (SHOW SERVERS close_needed).
+    close_needed: HashSet<u64>,
+}
+
+struct Control {
+    state: Mutex<State>,
+    /// Woken whenever a database may have been resumed.
+    resumed: Notify,
+    shutdown: watch::Sender<Option<ShutdownMode>>,
+}
+
+static CONTROL: LazyLock<Control> = LazyLock::new(|| Control {
+    state: Mutex::new(State {
+        mode: Mode::Running,
+        paused: HashSet::new(),
+        disabled: HashSet::new(),
+        close_needed: HashSet::new(),
+    }),
+    resumed: Notify::new(),
+    shutdown: watch::Sender::new(None),
+});
+
+fn state() -> MutexGuard<'static, State> {
+    CONTROL.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn is_open(database: &str) -> bool {
+    let st = state();
+    st.mode == Mode::Running && !st.paused.contains(database)
+}
+
+// ---- hooks for the data path ----
+
+/// Returns once `database` is neither paused nor the pooler paused or suspended.
+/// Cheap when nothing is paused: one uncontended lock.
+pub async fn wait_resumed(database: &str) {
+    loop {
+        let notified = CONTROL.resumed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if is_open(database) {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Why a new client of `database` must be turned away, if it must.
+pub fn login_refusal(database: &str) -> Option<PgError> {
+    if matches!(
+        *CONTROL.shutdown.borrow(),
+        Some(ShutdownMode::WaitForClients)
+    ) {
+        return Some(PgError::fatal("57P01", "pooler is shutting down"));
+    }
+    if state().disabled.contains(database) {
+        return Some(PgError::fatal(
+            "08P01",
+            format!("database does not allow connections: {database}"),
+        ));
+    }
+    None
+}
+
+/// Resolves when the console asked the process to shut down, with how.
+pub async fn shutdown_requested() -> ShutdownMode {
+    let mut rx = CONTROL.shutdown.subscribe();
+    loop {
+        if let Some(mode) = *rx.borrow_and_update() {
+            return mode;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// True once SHUTDOWN was issued (any mode).
+pub fn shutdown_mode() -> Option<ShutdownMode> {
+    *CONTROL.shutdown.borrow()
+}
+
+// ---- what SHOW reports ----
+
+pub fn mode() -> Mode {
+    state().mode
+}
+
+pub fn is_paused(database: &str) -> bool {
+    state().paused.contains(database)
+}
+
+pub fn is_disabled(database: &str) -> bool {
+    state().disabled.contains(database)
+}
+
+pub fn close_needed(server_id: u64) -> bool {
+    state().close_needed.contains(&server_id)
+}
+
+// ---- the commands ----
+
+/// The database entry a command names: configured, already pooled, or reachable through
+/// the `*` fallback (as PgBouncer's find_or_register_database).
+fn known_database(app: &App, name: &str) -> bool {
+    app.snapshot.load().resolve_database(name).is_some()
+        || app.all_pools().iter().any(|p| p.database == name)
+}
+
+fn pools_of(app: &App, db: Option<&str>) -> Vec<Arc<Pool>> {
+    app.all_pools()
+        .into_iter()
+        .filter(|p| db.is_none_or(|d| p.database == d))
+        .collect()
+}
+
+/// Server generations handed out by the console: the top bit keeps them apart from the
+/// ones App hands out on reload.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1 << 63);
+
+/// Makes every server of the pool close as soon as it is released (idle ones now), while
+/// new connections may be opened at once: RECONNECT's mechanism, also used by PAUSE and KILL.
+fn retire_servers(pool: &Pool) {
+    let mut settings = (**pool.settings()).clone();
+    settings.target.generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+    pool.update_settings(settings);
+}
+
+/// Server ids of the pools' servers, by matching the registry to each pool's target.
+pub fn servers_of(pools: &[Arc<Pool>]) -> HashSet<u64> {
+    let targets: Vec<_> = pools
+        .iter()
+        .map(|p| {
+            let s = p.settings();
+            (
+                s.target.addr.clone(),
+                s.target.user.clone(),
+                s.target.database.clone(),
+            )
+        })
+        .collect();
+    SERVERS
+        .snapshot()
+        .into_iter()
+        .filter(|s| {
+            targets
+                .iter()
+                .any(|(a, u, d)| *a == s.addr && *u == s.user && *d == s.database)
+        })
+        .map(|s| s.id)
+        .collect()
+}
+
+fn busy_servers(pools: &[Arc<Pool>]) -> usize {
+    pools
+        .iter()
+        .map(|p| {
+            let c = p.counts();
+            c.active + c.idle + c.connecting
+        })
+        .sum()
+}
+
+/// Polls until `done` holds; PAUSE and WAIT_CLOSE answer only then, as in PgBouncer.
+async fn wait_until(mut done: impl FnMut() -> bool) {
+    while !done() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn wake_resumed() {
+    CONTROL.resumed.notify_waiters();
+}
+
+pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
+    if state().mode != Mode::Running {
+        return Err("already suspended/paused".into());
+    }
+    if arg.is_empty() {
+        tracing::info!("PAUSE command issued");
+        state().mode = Mode::Paused;
+        let pools = pools_of(app, None);
+        for p in &pools {
+            retire_servers(p);
+        }
+        wait_until(|| {
+            for p in &pools_of(app, None) {
+                retire_idle(p);
+            }
+            busy_servers(&pools_of(app, None)) == 0 || state().mode != Mode::Paused
+        })
+        .await;
+        return Ok("PAUSE");
+    }
+    tracing::info!("PAUSE '{arg}' command issued");
+    if !known_database(app, arg) {
+        return Err(format!("no such database: {arg}"));
+    }
+    state().paused.insert(arg.to_owned());
+    let pools = pools_of(app, Some(arg));
+    for p in &pools {
+        retire_servers(p);
+    }
+    wait_until(|| {
+        let pools = pools_of(app, Some(arg));
+        for p in &pools {
+            retire_idle(p);
+        }
+        busy_servers(&pools) == 0 || !is_paused(arg)
+    })
+    .await;
+    Ok("PAUSE")
+}
+
+/// Closes a pool's idle servers (PAUSE disconnects from the servers it no longer uses).
+fn retire_idle(pool: &Pool) {
+    if pool.counts().idle > 0 {
+        retire_servers(pool);
+    }
+}
+
+pub fn resume(app: &App, arg: &str) -> Result<&'static str, String> {
+    if arg.is_empty() {
+        tracing::info!("RESUME command issued");
+        if app.shutdown.is_cancelled() || shutdown_mode().is_some() {
+            return Err("pooler is shutting down".into());
+        }
+        let mut st = state();
+        if st.mode == Mode::Running {
+            return Err("pooler is not paused/suspended".into());
+        }
+        st.mode = Mode::Running;
+    } else {
+        tracing::info!("RESUME '{arg}' command issued");
+        if !known_database(app, arg) {
+            return Err(format!("no such database: {arg}"));
+        }
+        if !state().paused.remove(arg) {
+            return Err(format!("database {arg} is not paused"));
+        }
+    }
+    wake_resumed();
+    Ok("RESUME")
+}
+
+pub fn suspend(arg: &str) -> Result<&'static str, String> {
+    if !arg.is_empty() {
+        return Err(String::new());
+    }
+    let mut st = state();
+    if st.mode != Mode::Running {
+        return Err("already suspended/paused".into());
+    }
+    if !st.paused.is_empty() {
+        return Err("cannot suspend with paused databases".into());
+    }
+    tracing::info!("SUSPEND command issued");
+    st.mode = Mode::Suspended;
+    Ok("SUSPEND")
+}
+
+/// Called when a console session ends: a SUSPEND nobody is left to RESUME is undone.
+pub fn admin_gone(sessions_left: usize) {
+    if sessions_left == 0 {
+        let mut st = state();
+        if st.mode == Mode::Suspended {
+            tracing::info!("admin disappeared when suspended, doing RESUME");
+            st.mode = Mode::Running;
+            drop(st);
+            wake_resumed();
+        }
+    }
+}
+
+pub fn kill(app: &App, arg: &str) -> Result<&'static str, String> {
+    if state().mode != Mode::Running {
+        return Err("already suspended/paused".into());
+    }
+    let db = if arg.is_empty() {
+        tracing::info!("KILL command issued");
+        None
+    } else {
+        tracing::info!("KILL '{arg}' command issued");
+        if !known_database(app, arg) {
+            return Err(format!("no such database: {arg}"));
+        }
+        Some(arg)
+    };
+    {
+        let mut st = state();
+        match db {
+            Some(d) => {
+                st.paused.insert(d.to_owned());
+            }
+            None => {
+                let names: Vec<String> =
+                    app.all_pools().iter().map(|p| p.database.clone()).collect();
+                st.paused.extend(names);
+            }
+        }
+    }
+    for c in CLIENTS.snapshot() {
+        if db.is_none_or(|d| c.database == d) {
+            c.kill("database removed");
+        }
+    }
+    for p in pools_of(app, db) {
+        retire_servers(&p);
+    }
+    Ok("KILL")
+}
+
+pub fn kill_client(arg: &str) -> Result<&'static str, String> {
+    let Ok(id) = arg.parse::<u64>() else {
+        return Err("invalid client pointer supplied".into());
+    };
+    let Ok(id) = u32::try_from(id) else {
+        return Err("client not found".into());
+    };
+    if let Some(c) = CLIENTS.get(id) {
+        c.kill("admin forced disconnect");
+    } else if let Some(a) = super::sessions::get(id) {
+        a.kill("admin forced disconnect");
+    } else {
+        return Err("client not found".into());
+    }
+    Ok("KILL_CLIENT")
+}
+
+pub fn reconnect(app: &App, arg: &str) -> Result<&'static str, String> {
+    let db = if arg.is_empty() {
+        tracing::info!("RECONNECT command issued");
+        None
+    } else {
+        tracing::info!("RECONNECT '{arg}' command issued");
+        if !known_database(app, arg) {
+            return Err(format!("no such database: {arg}"));
+        }
+        Some(arg)
+    };
+    let pools = pools_of(app, db);
+    let ids = servers_of(&pools);
+    state().close_needed.extend(ids);
+    for p in &pools {
+        retire_servers(p);
+    }
+    Ok("RECONNECT")
+}
+
+pub async fn wait_close(app: &App, arg: &str) -> Result<&'static str, String> {
+    let db = if arg.is_empty() {
+        tracing::info!("WAIT_CLOSE command issued");
+        None
+    } else {
+        tracing::info!("WAIT_CLOSE '{arg}' command issued");
+        if !known_database(app, arg) {
+            return Err(format!("no such database: {arg}"));
+        }
+        Some(arg)
+    };
+    wait_until(|| {
+        let alive: HashSet<u64> = SERVERS.snapshot().iter().map(|s| s.id).collect();
+        let mut st = state();
+        st.close_needed.retain(|id| alive.contains(id));
+        let mine = servers_of(&pools_of(app, db));
+        !st.close_needed.iter().any(|id| mine.contains(id))
+    })
+    .await;
+    Ok("WAIT_CLOSE")
+}
+
+pub fn disable(app: &App, arg: &str, enable: bool) -> Result<&'static str, String> {
+    if arg.is_empty() {
+        return Err("a database is required".into());
+    }
+    let word = if enable { "ENABLE" } else { "DISABLE" };
+    tracing::info!("{word} '{arg}' command issued");
+    if !known_database(app, arg) {
+        return Err(format!("no such database: {arg}"));
+    }
+    let mut st = state();
+    if enable {
+        st.disabled.remove(arg);
+        Ok("ENABLE")
+    } else {
+        st.disabled.insert(arg.to_owned());
+        Ok("DISABLE")
+    }
+}
+
+/// Re-reads the configuration file and applies it: RELOAD and SIGHUP.
+pub fn reload_config(app: &App) -> Result<(), String> {
+    match Snapshot::load(&app.config_path) {
+        Ok(snap) => {
+            for notice in &snap.config.notices {
+                tracing::warn!("{notice}");
+            }
+            app.apply(snap);
+            tracing::info!("configuration reloaded from {}", app.config_path.display());
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!("reload failed, keeping the old configuration: {e}");
+            Err(e)
+        }
+    }
+}
+
+/// Options that take effect only at startup (PgBouncer's CF_NO_RELOAD): SHOW CONFIG says
+/// `changeable = no` and SET refuses them.
+pub const NOT_RELOADABLE: &[&str] = &[
+    "disable_pqexec",
+    "job_name",
+    "listen_addr",
+    "listen_backlog",
+    "listen_port",
+    "peer_id",
+    "pidfile",
+    "pkt_buf",
+    "resolv_conf",
+    "so_reuseport",
+    "unix_socket_dir",
+    "unix_socket_group",
+    "unix_socket_mode",
+    "user",
+];
+
+/// SET key = value on the live configuration (lost at the next RELOAD, as in PgBouncer).
+pub fn set(app: &App, key: &str, value: &str) -> Result<String, String> {
+    let failed = || "SET failed".to_owned();
+    let snap = app.snapshot.load_full();
+    let mut config = snap.config.clone();
+    let name = key.to_ascii_lowercase();
+    if NOT_RELOADABLE.contains(&name.as_str()) {
+        return Err(failed());
+    }
+    if let Err(e) = config.general.set_by_name(key, value) {
+        tracing::warn!("SET {key}: {e}");
+        return Err(failed());
+    }
+    app.apply(Snapshot {
+        config,
+        auth_file: snap.auth_file.clone(),
+    });
+    tracing::info!("SET {key} = {value}");
+    Ok(format!("SET {key}={value}"))
+}
+
+pub fn shutdown(app: &App, arg: &str) -> Result<ShutdownMode, String> {
+    let mode = if arg.is_empty() {
+        ShutdownMode::Immediate
+    } else if arg.eq_ignore_ascii_case("WAIT_FOR_CLIENTS") {
+        ShutdownMode::WaitForClients
+    } else if arg.eq_ignore_ascii_case("WAIT_FOR_SERVERS") {
+        ShutdownMode::WaitForServers
+    } else {
+        return Err(String::new());
+    };
+    match mode {
+        ShutdownMode::Immediate => tracing::info!("SHUTDOWN command issued"),
+        ShutdownMode::WaitForServers => {
+            tracing::info!("SHUTDOWN WAIT_FOR_SERVERS command issued");
+            app.shutdown.cancel();
+        }
+        ShutdownMode::WaitForClients => {
+            tracing::info!("SHUTDOWN WAIT_FOR_CLIENTS command issued")
+        }
+    }
+    CONTROL.shutdown.send_replace(Some(mode));
+    Ok(mode)
+}

@@ -1,0 +1,90 @@
+//! Console sessions, listed by SHOW CLIENTS (as PgBouncer lists its admin pool's clients)
+//! and reachable by KILL_CLIENT.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::{now_micros, Registry};
+
+pub struct AdminSession {
+    /// Also the pid of the BackendKeyData the session was given, and its SHOW CLIENTS id.
+    pub id: u32,
+    pub user: String,
+    pub peer: String,
+    pub local: String,
+    pub application_name: String,
+    pub connect_time: u64,
+    request_time: AtomicU64,
+    kill: CancellationToken,
+    kill_reason: OnceLock<&'static str>,
+}
+
+impl AdminSession {
+    pub fn request_time(&self) -> u64 {
+        self.request_time.load(Ordering::Relaxed)
+    }
+
+    pub fn touch(&self) {
+        self.request_time.store(now_micros(), Ordering::Relaxed);
+    }
+
+    pub fn kill(&self, reason: &'static str) {
+        let _ = self.kill_reason.set(reason);
+        self.kill.cancel();
+    }
+
+    pub async fn killed(&self) -> &'static str {
+        self.kill.cancelled().await;
+        self.kill_reason
+            .get()
+            .copied()
+            .unwrap_or("admin forced disconnect")
+    }
+}
+
+static SESSIONS: LazyLock<Registry<u32, AdminSession>> = LazyLock::new(Registry::new);
+
+/// A session's registration; dropping it removes the session.
+pub struct SessionHandle(pub Arc<AdminSession>);
+
+impl SessionHandle {
+    pub fn register(user: &str, peer: &str, local: &str, application_name: &str) -> SessionHandle {
+        let now = now_micros();
+        SessionHandle(SESSIONS.insert_with(
+            || rand::random::<u32>() & 0x7fff_ffff | 1,
+            |id| AdminSession {
+                id,
+                user: user.to_owned(),
+                peer: peer.to_owned(),
+                local: local.to_owned(),
+                application_name: application_name.to_owned(),
+                connect_time: now,
+                request_time: AtomicU64::new(now),
+                kill: CancellationToken::new(),
+                kill_reason: OnceLock::new(),
+            },
+        ))
+    }
+}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        SESSIONS.remove(self.0.id);
+    }
+}
+
+pub fn count() -> usize {
+    SESSIONS.snapshot().len()
+}
+
+pub fn all() -> Vec<Arc<AdminSession>> {
+    let mut v = SESSIONS.snapshot();
+    v.sort_by_key(|s| (s.connect_time, s.id));
+    v
+}
+
+pub fn get(id: u32) -> Option<Arc<AdminSession>> {
+    SESSIONS.get(id)
+}
