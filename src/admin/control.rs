@@ -8,7 +8,7 @@
 //! * each client's kill token (`ClientInfo::kill`), which its session task selects on.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -69,6 +69,16 @@ fn state() -> MutexGuard<'static, State> {
     CONTROL.state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// True while anything is paused or suspended: lets checkouts skip the lock otherwise.
+static GATES_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Recomputes [`GATES_CLOSED`] after a change of mode or of the paused set.
+fn sync_gates() {
+    let st = state();
+    let closed = st.mode != Mode::Running || !st.paused.is_empty();
+    GATES_CLOSED.store(closed, Ordering::Release);
+}
+
 fn is_open(database: &str) -> bool {
     let st = state();
     st.mode == Mode::Running && !st.paused.contains(database)
@@ -77,8 +87,11 @@ fn is_open(database: &str) -> bool {
 // ---- hooks for the data path ----
 
 /// Returns once `database` is neither paused nor the pooler paused or suspended.
-/// Cheap when nothing is paused: one uncontended lock.
+/// Costs one atomic load when nothing is paused.
 pub async fn wait_resumed(database: &str) {
+    if !GATES_CLOSED.load(Ordering::Acquire) {
+        return;
+    }
     loop {
         let notified = CONTROL.resumed.notified();
         tokio::pin!(notified);
@@ -224,6 +237,7 @@ pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
     if arg.is_empty() {
         tracing::info!("PAUSE command issued");
         state().mode = Mode::Paused;
+        sync_gates();
         let pools = pools_of(app, None);
         for p in &pools {
             retire_servers(p);
@@ -242,6 +256,7 @@ pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
         return Err(format!("no such database: {arg}"));
     }
     state().paused.insert(arg.to_owned());
+    sync_gates();
     let pools = pools_of(app, Some(arg));
     for p in &pools {
         retire_servers(p);
@@ -284,6 +299,7 @@ pub fn resume(app: &App, arg: &str) -> Result<&'static str, String> {
             return Err(format!("database {arg} is not paused"));
         }
     }
+    sync_gates();
     wake_resumed();
     Ok("RESUME")
 }
@@ -301,6 +317,8 @@ pub fn suspend(arg: &str) -> Result<&'static str, String> {
     }
     tracing::info!("SUSPEND command issued");
     st.mode = Mode::Suspended;
+    drop(st);
+    sync_gates();
     Ok("SUSPEND")
 }
 
@@ -312,6 +330,7 @@ pub fn admin_gone(sessions_left: usize) {
             tracing::info!("admin disappeared when suspended, doing RESUME");
             st.mode = Mode::Running;
             drop(st);
+            sync_gates();
             wake_resumed();
         }
     }
@@ -344,6 +363,7 @@ pub fn kill(app: &App, arg: &str) -> Result<&'static str, String> {
             }
         }
     }
+    sync_gates();
     for c in CLIENTS.snapshot() {
         if db.is_none_or(|d| c.database == d) {
             c.kill("database removed");

@@ -35,6 +35,12 @@ macro_rules! lookup_enum {
                 Self::parse(raw)
             }
         }
+
+        impl crate::value::ShowValue for $name {
+            fn show_value(&self) -> Option<String> {
+                Some(self.as_str().to_owned())
+            }
+        }
     };
 }
 

@@ -58,6 +58,16 @@ macro_rules! general_options {
                 }
             }
 
+            /// The value of option `name` as PgBouncer's `SHOW CONFIG` prints it:
+            /// `None` for no such option, `Some(None)` for an unset (NULL) value.
+            pub fn show_option(&self, name: &str) -> Option<Option<String>> {
+                use crate::value::ShowValue;
+                match name {
+                    $( stringify!($name) => Some(self.$name.show_value()), )*
+                    _ => None,
+                }
+            }
+
             pub(crate) fn copy_option(&mut self, from: &General, name: &str) {
                 match name {
                     $( stringify!($name) => self.$name = from.$name.clone(), )*
@@ -195,6 +205,16 @@ general_options! {
     /// Unix user to switch to after startup.
     user: Option<String> = None;
     verbose: u32 = 0;
+}
+
+impl General {
+    /// Sets an option by the name a user typed (any case, aliases allowed) from
+    /// its text, as the admin console's `SET key = value` does.
+    pub fn set_by_name(&mut self, key: &str, raw: &str) -> Result<(), String> {
+        let name = canonical_name(key).ok_or_else(|| format!("unknown option \"{key}\""))?;
+        self.set_option(name, raw)
+            .unwrap_or_else(|| Err(format!("unknown option \"{key}\"")))
+    }
 }
 
 /// Other names PgBouncer accepts for an option.

@@ -158,6 +158,87 @@ impl OptionValue for Vec<String> {
     }
 }
 
+/// How an option's value reads in PgBouncer's `SHOW CONFIG` (libusual's
+/// `cf_get_*`): integers and booleans in decimal (`0`/`1`), times as seconds
+/// with `%g`, lists joined with commas. `None` is SQL NULL (an unset string).
+pub(crate) trait ShowValue {
+    fn show_value(&self) -> Option<String>;
+}
+
+/// C's `printf("%g", v)`: six significant digits, trailing zeros removed.
+pub(crate) fn format_g(v: f64) -> String {
+    if v == 0.0 {
+        return "0".to_owned();
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if !(-5..6).contains(&exp) {
+        let s = format!("{:.5e}", v);
+        let (mantissa, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let mantissa = trim_fraction(mantissa);
+        let e: i32 = e.parse().unwrap_or(0);
+        let sign = if e < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", e.abs());
+    }
+    let decimals = (5 - exp).max(0) as usize;
+    trim_fraction(&format!("{:.*}", decimals, v)).to_owned()
+}
+
+fn trim_fraction(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+impl ShowValue for u16 {
+    fn show_value(&self) -> Option<String> {
+        Some(self.to_string())
+    }
+}
+
+impl ShowValue for u32 {
+    fn show_value(&self) -> Option<String> {
+        Some(self.to_string())
+    }
+}
+
+impl ShowValue for bool {
+    fn show_value(&self) -> Option<String> {
+        Some(if *self { "1" } else { "0" }.to_owned())
+    }
+}
+
+impl ShowValue for Duration {
+    fn show_value(&self) -> Option<String> {
+        Some(format_g(self.as_micros() as f64 / 1e6))
+    }
+}
+
+impl ShowValue for String {
+    fn show_value(&self) -> Option<String> {
+        Some(self.clone())
+    }
+}
+
+impl ShowValue for Option<String> {
+    fn show_value(&self) -> Option<String> {
+        self.clone()
+    }
+}
+
+impl ShowValue for Option<PathBuf> {
+    fn show_value(&self) -> Option<String> {
+        self.as_ref().map(|p| p.display().to_string())
+    }
+}
+
+impl ShowValue for Vec<String> {
+    fn show_value(&self) -> Option<String> {
+        Some(self.join(","))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +296,18 @@ mod tests {
         for bad in ["", "abc", "-1", "5m", "inf", "nan", "1x", "s", "1e400"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn show_values_read_like_pgbouncer() {
+        assert_eq!(format_g(3600.0), "3600");
+        assert_eq!(format_g(0.5), "0.5");
+        assert_eq!(format_g(120.0), "120");
+        assert_eq!(format_g(1e6), "1e+06");
+        assert_eq!(format_g(0.000001), "1e-06");
+        assert_eq!(Duration::from_millis(1500).show_value().as_deref(), Some("1.5"));
+        assert_eq!(true.show_value().as_deref(), Some("1"));
+        assert_eq!(Option::<String>::None.show_value(), None);
     }
 
     #[test]
