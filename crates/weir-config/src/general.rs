@@ -115,6 +115,10 @@ general_options! {
     dns_max_ttl: Duration = secs(15);
     dns_nxdomain_ttl: Duration = secs(15);
     dns_zone_check_period: Duration = secs(0);
+    /// Weir's own option, not PgBouncer's: `host:port` of the built-in HTTP endpoint
+    /// (Prometheus `/metrics`, `/healthz`, `/readyz` and the dashboard at `/`). Unset (the
+    /// default) means no HTTP listener.
+    http_listen: Option<String> = None;
     idle_transaction_timeout: Duration = secs(0);
     /// Startup parameters to accept and ignore.
     ignore_startup_parameters: Vec<String> = Vec::new();

@@ -19,6 +19,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "client_login_timeout",
     "default_pool_size",
     "dns_max_ttl",
+    // Weir's own (the HTTP metrics endpoint), not a PgBouncer option.
+    "http_listen",
     "idle_transaction_timeout",
     "ignore_startup_parameters",
     "job_name",

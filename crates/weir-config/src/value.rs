@@ -305,7 +305,10 @@ mod tests {
         assert_eq!(format_g(120.0), "120");
         assert_eq!(format_g(1e6), "1e+06");
         assert_eq!(format_g(0.000001), "1e-06");
-        assert_eq!(Duration::from_millis(1500).show_value().as_deref(), Some("1.5"));
+        assert_eq!(
+            Duration::from_millis(1500).show_value().as_deref(),
+            Some("1.5")
+        );
         assert_eq!(true.show_value().as_deref(), Some("1"));
         assert_eq!(Option::<String>::None.show_value(), None);
     }

@@ -1,0 +1,331 @@
+//! Authentication: clients against auth_file (trust, plain, md5,
+//! scram-sha-256), and Weir's own login to PostgreSQL (trust, md5, scram;
+//! password from the [databases] entry or from auth_file).
+
+mod common;
+
+use common::*;
+
+/// Asserts a failed login with "wrong password" semantics.
+fn assert_wrong_password(e: &tokio_postgres::Error, user: &str) {
+    let f = expect_db_error(e);
+    assert_eq!(f.severity, "FATAL", "{f:?}");
+    assert_eq!(f.code, "28P01", "{f:?}");
+    assert_eq!(
+        f.message,
+        format!("password authentication failed for user \"{user}\"")
+    );
+}
+
+async fn assert_login_ok(weir: &Weir, user: &str, password: &str) {
+    let c = connect_pw(weir.port(), "postgres", user, password)
+        .await
+        .unwrap_or_else(|e| panic!("login of {user} failed: {e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select 'in'").await, "in");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_trust_needs_no_password() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "trust")
+        .userlist(&[("postgres", "whatever")])
+        .start();
+    let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    assert_eq!(q1(&c, "select current_user").await, "postgres");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_plain_checks_cleartext_password() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "plain")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+    let e = connect_pw(weir.port(), "postgres", "postgres", "wrong")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "postgres");
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_md5_with_plaintext_entry() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+    let e = connect_pw(weir.port(), "postgres", "postgres", "wrong")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "postgres");
+    // libpq (psql) too.
+    let out = psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "postgres",
+        "postgres",
+        Some("s3cret"),
+        "select 'libpq'",
+    );
+    assert_eq!(out.unwrap(), "libpq");
+    let err = psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "postgres",
+        "postgres",
+        Some("nope"),
+        "select 1",
+    )
+    .unwrap_err();
+    assert!(err.contains("password authentication failed"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_md5_with_md5_hash_entry() {
+    let pg = PgServer::start();
+    let hash = pg.psql("select 'md5' || md5('s3cret' || 'postgres')");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .userlist(&[("postgres", &hash)])
+        .start();
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+    let e = connect_pw(weir.port(), "postgres", "postgres", &hash)
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "postgres");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_scram_with_plaintext_entry() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+    let e = connect_pw(weir.port(), "postgres", "postgres", "wrong")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "postgres");
+    let out = psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "postgres",
+        "postgres",
+        Some("s3cret"),
+        "select 'libpq'",
+    );
+    assert_eq!(out.unwrap(), "libpq");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_scram_with_scram_secret_entry() {
+    let pg = PgServer::start();
+    pg.create_user("alice", "s3cret", "scram-sha-256");
+    let secret = pg.stored_password("alice");
+    assert!(secret.starts_with("SCRAM-SHA-256$"));
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("alice", &secret)])
+        .start();
+    assert_login_ok(&weir, "alice", "s3cret").await;
+    let e = connect_pw(weir.port(), "postgres", "alice", "wrong")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "alice");
+}
+
+/// A user missing from auth_file, password auth: refused like a wrong
+/// password, after a full exchange, so that user names cannot be probed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_md5_unknown_user_is_refused_like_a_wrong_password() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    let e = connect_pw(weir.port(), "postgres", "ghost", "s3cret")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "ghost");
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_scram_unknown_user_is_refused_like_a_wrong_password() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    let e = connect_pw(weir.port(), "postgres", "ghost", "s3cret")
+        .await
+        .unwrap_err();
+    assert_wrong_password(&e, "ghost");
+}
+
+/// With trust there is no exchange to hide behind: 28000 no such user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_trust_unknown_user_is_refused() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "trust")
+        .userlist(&[("postgres", "")])
+        .start();
+    let e = connect(weir.port(), "postgres", "ghost").await.unwrap_err();
+    let f = expect_db_error(&e);
+    assert_eq!(
+        (f.severity.as_str(), f.code.as_str()),
+        ("FATAL", "28000"),
+        "{f:?}"
+    );
+    assert_eq!(f.message, "no such user: ghost");
+    assert_serving(&weir, "postgres", "postgres").await;
+}
+
+/// Client authentication over the Unix socket uses the same auth_type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_md5_over_unix_socket() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .userlist(&[("postgres", "s3cret")])
+        .start();
+    let host = weir.dir().to_str().unwrap().to_string();
+    assert_eq!(
+        psql_at(
+            &host,
+            weir.port(),
+            "postgres",
+            "postgres",
+            Some("s3cret"),
+            "select 'unix'"
+        )
+        .unwrap(),
+        "unix"
+    );
+    let err = psql_at(
+        &host,
+        weir.port(),
+        "postgres",
+        "postgres",
+        Some("bad"),
+        "select 1",
+    )
+    .unwrap_err();
+    assert!(err.contains("password authentication failed"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Weir's login to PostgreSQL
+
+/// A role `srv` whose server login needs `method`.
+fn server_with_password_role(method: &str) -> PgServer {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", method);
+    pg.set_hba(&[&format!("host all srv 127.0.0.1/32 {method}")]);
+    // The role really cannot log in without its password.
+    assert!(psql_at(
+        "127.0.0.1",
+        pg.port(),
+        "postgres",
+        "srv",
+        Some("bad"),
+        "select 1"
+    )
+    .is_err());
+    pg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_trust() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    let weir = Weir::builder()
+        .database("db", &format!("{} user=srv", pg.connstr()))
+        .start();
+    let c = connect(weir.port(), "db", "postgres").await.unwrap();
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_md5_password_from_database_entry() {
+    let pg = server_with_password_role("md5");
+    let weir = Weir::builder()
+        .database("db", &format!("{} user=srv password=srvpw", pg.connstr()))
+        .start();
+    let c = connect(weir.port(), "db", "postgres")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_scram_password_from_database_entry() {
+    let pg = server_with_password_role("scram-sha-256");
+    let weir = Weir::builder()
+        .database("db", &format!("{} user=srv password=srvpw", pg.connstr()))
+        .start();
+    let c = connect(weir.port(), "db", "postgres")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_md5_password_from_auth_file() {
+    let pg = server_with_password_role("md5");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .userlist(&[("srv", "srvpw")])
+        .start();
+    let c = connect_pw(weir.port(), "postgres", "srv", "srvpw")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_scram_password_from_auth_file() {
+    let pg = server_with_password_role("scram-sha-256");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("srv", "srvpw")])
+        .start();
+    let c = connect_pw(weir.port(), "postgres", "srv", "srvpw")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+/// The server refuses Weir's login (wrong password in the database entry):
+/// the client gets a FATAL error, and Weir keeps serving other databases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_refused_is_reported_to_client() {
+    let pg = server_with_password_role("scram-sha-256");
+    let weir = Weir::for_pg(&pg)
+        .database("bad", &format!("{} user=srv password=wrong", pg.connstr()))
+        .start();
+    let err = match connect(weir.port(), "bad", "postgres").await {
+        Err(e) => e,
+        Ok(c) => q(&c, "select 1")
+            .await
+            .expect_err("query on a server that refused login succeeded"),
+    };
+    let f = expect_db_error(&err);
+    assert_eq!(f.severity, "FATAL", "{f:?}");
+    assert!(
+        f.code == "08006" || f.code == "28P01",
+        "unexpected SQLSTATE: {f:?}"
+    );
+    assert!(
+        f.message.contains("password authentication failed")
+            || f.message.starts_with("server login failed"),
+        "{f:?}"
+    );
+    assert_serving(&weir, "postgres", "postgres").await;
+}
