@@ -208,7 +208,8 @@ fn default_socket_dir() -> &'static str {
     }
 }
 
-fn server_addr(db: &Database) -> ServerAddr {
+/// Where a database entry's server listens (its first host).
+pub fn server_addr(db: &Database) -> ServerAddr {
     let port = db.port_for(0);
     match db.host.first().map(String::as_str) {
         None | Some("") => ServerAddr::Unix {

@@ -3,12 +3,14 @@
 mod admin;
 mod app;
 mod auth_query;
+mod bufpool;
 mod cancel;
 mod cli;
 mod client;
 mod client_limits;
 mod listener;
 mod logging;
+mod metrics_http;
 mod params;
 mod pool;
 mod protocol;
@@ -54,6 +56,13 @@ fn main() -> ExitCode {
     }
     // Bind before daemonizing so that a port in use is reported to the terminal.
     let listeners = match listener::bind_all_std(g) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let http = match metrics_http::bind(g) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("weir: {e}");
@@ -109,7 +118,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(serve(args.config.clone(), snap, listeners, sinks));
+    let code = runtime.block_on(serve(args.config.clone(), snap, listeners, http, sinks));
     if let Some(p) = &pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -127,6 +136,7 @@ async fn serve(
     config_path: std::path::PathBuf,
     snap: Snapshot,
     listeners: Vec<listener::StdListener>,
+    http: Option<std::net::TcpListener>,
     sinks: logging::Sinks,
 ) -> ExitCode {
     let (Ok(mut hup), Ok(mut int), Ok(mut term)) = (
@@ -139,6 +149,12 @@ async fn serve(
     };
     let app = App::new(config_path, snap);
     admin::start(&app);
+    if let Some(l) = http {
+        if let Err(e) = metrics_http::start(&app, l) {
+            tracing::error!("cannot serve http_listen: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     for l in listeners {
         match l.into_tokio() {
             Ok(l) => {

@@ -23,6 +23,14 @@ impl Stream {
         }
     }
 
+    /// Ready once the socket has something to read (or is closed); needs no buffer.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
     pub fn local_label(&self) -> String {
         match self {
             Stream::Tcp(s) => s

@@ -154,8 +154,14 @@ fn assert_histogram_consistent(s: &Scrape, name: &str, min_count: f64) {
     let buckets = s.buckets(name, &POOL);
     assert!(buckets.len() > 5, "{name}: buckets {buckets:?}");
     for w in buckets.windows(2) {
-        assert!(w[0].0 < w[1].0, "{name}: bounds not increasing: {buckets:?}");
-        assert!(w[0].1 <= w[1].1, "{name}: counts not cumulative: {buckets:?}");
+        assert!(
+            w[0].0 < w[1].0,
+            "{name}: bounds not increasing: {buckets:?}"
+        );
+        assert!(
+            w[0].1 <= w[1].1,
+            "{name}: counts not cumulative: {buckets:?}"
+        );
     }
     let (last_le, last_count) = *buckets.last().unwrap();
     assert!(last_le.is_infinite(), "{name}: no +Inf bucket: {buckets:?}");
@@ -188,14 +194,18 @@ async fn metrics_follow_transactions_errors_and_reloads() {
         if i % 2 == 0 {
             q1(&c, "select 1").await;
         } else {
-            c.batch_execute("begin; select 1; select 2; commit").await.unwrap();
+            c.batch_execute("begin; select 1; select 2; commit")
+                .await
+                .unwrap();
         }
     }
     // One error relayed from PostgreSQL (22012 division_by_zero, class 22) ...
     let err = q(&c, "select 1/0").await.unwrap_err();
     assert_eq!(expect_db_error(&err).code, "22012");
     // ... and one from Weir itself (3D000 for an unknown database, class 3D).
-    let err = connect(weir.port(), "nosuchdb", "postgres").await.unwrap_err();
+    let err = connect(weir.port(), "nosuchdb", "postgres")
+        .await
+        .unwrap_err();
     assert_eq!(expect_db_error(&err).code, "3D000");
 
     let after = scrape(http);
@@ -206,7 +216,10 @@ async fn metrics_follow_transactions_errors_and_reloads() {
         xacts_after - xacts_before
     );
     let queries = after.value("weir_pool_queries_total", &POOL).unwrap();
-    assert!(queries >= xacts_after, "queries {queries} < xacts {xacts_after}");
+    assert!(
+        queries >= xacts_after,
+        "queries {queries} < xacts {xacts_after}"
+    );
     assert_histogram_consistent(&after, "weir_pool_transaction_duration_seconds", N as f64);
     assert_histogram_consistent(&after, "weir_pool_query_duration_seconds", N as f64);
     // Every completed transaction was observed once.
@@ -223,7 +236,12 @@ async fn metrics_follow_transactions_errors_and_reloads() {
         .value("weir_pool_transaction_duration_seconds_sum", &POOL)
         .unwrap();
     assert!((time - hist_sum).abs() < 1e-6, "{time} vs {hist_sum}");
-    assert!(after.value("weir_pool_received_bytes_total", &POOL).unwrap() > 0.0);
+    assert!(
+        after
+            .value("weir_pool_received_bytes_total", &POOL)
+            .unwrap()
+            > 0.0
+    );
     assert!(after.value("weir_pool_sent_bytes_total", &POOL).unwrap() > 0.0);
 
     // Pools, clients and servers right now: our client is logged in and idle between
@@ -315,12 +333,16 @@ fn healthz_and_readyz_follow_postgres() {
         r.status == 503
     });
     assert!(unready, "readyz stayed ready with PostgreSQL down: {last}");
-    assert!(last.contains("postgres"), "reason names the database: {last}");
+    assert!(
+        last.contains("postgres"),
+        "reason names the database: {last}"
+    );
     assert_eq!(get(http, "/healthz").status, 200, "still alive");
 
     pg.start_again();
     assert!(
-        eventually(Duration::from_secs(15), || get(http, "/readyz").status == 200),
+        eventually(Duration::from_secs(15), || get(http, "/readyz").status
+            == 200),
         "readyz did not recover\n{}",
         weir.log_tail()
     );

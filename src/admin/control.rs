@@ -86,6 +86,11 @@ fn is_open(database: &str) -> bool {
 
 // ---- hooks for the data path ----
 
+/// True while anything is paused or suspended (one atomic load).
+pub fn gates_closed() -> bool {
+    GATES_CLOSED.load(Ordering::Acquire)
+}
+
 /// Returns once `database` is neither paused nor the pooler paused or suspended.
 /// Costs one atomic load when nothing is paused.
 pub async fn wait_resumed(database: &str) {
@@ -462,10 +467,12 @@ pub fn reload_config(app: &App) -> Result<(), String> {
             }
             app.apply(snap);
             tracing::info!("configuration reloaded from {}", app.config_path.display());
+            crate::stats::config_reloaded(true);
             Ok(())
         }
         Err(e) => {
             tracing::error!("reload failed, keeping the old configuration: {e}");
+            crate::stats::config_reloaded(false);
             Err(e)
         }
     }
@@ -475,6 +482,7 @@ pub fn reload_config(app: &App) -> Result<(), String> {
 /// `changeable = no` and SET refuses them.
 pub const NOT_RELOADABLE: &[&str] = &[
     "disable_pqexec",
+    "http_listen",
     "job_name",
     "listen_addr",
     "listen_backlog",

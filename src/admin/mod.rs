@@ -30,7 +30,7 @@ use control::ShutdownMode;
 use rowset::RowSet;
 use sessions::SessionHandle;
 
-pub use control::{login_refusal, reload_config, shutdown_requested, wait_resumed};
+pub use control::{gates_closed, login_refusal, reload_config, shutdown_requested, wait_resumed};
 pub use period::start;
 
 /// The PgBouncer release whose console Weir reproduces: reported in `server_version`
@@ -66,12 +66,7 @@ fn fail(message: impl Into<String>) -> Failure {
 }
 
 fn error(code: &str, message: &str) -> PgError {
-    PgError {
-        severity: "ERROR".into(),
-        code: code.into(),
-        message: message.into(),
-        detail: None,
-    }
+    PgError::error(code, message)
 }
 
 const HELP_DETAIL: &str = "\n\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n\

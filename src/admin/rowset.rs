@@ -93,6 +93,11 @@ impl RowSet {
         &self.rows
     }
 
+    /// The position of a column, for readers of the rows (the metrics endpoint).
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|(n, _)| *n == name)
+    }
+
     /// RowDescription, the rows and `CommandComplete tag`.
     pub fn encode(&self, out: &mut BytesMut, tag: &str) {
         put_message(out, b'T', |b| {

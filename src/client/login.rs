@@ -265,6 +265,9 @@ pub async fn login(
             format!("no such database: {database}"),
         ))
     })?;
+    if let Some(keys) = &scram_keys {
+        pool.remember_scram(keys);
+    }
     if looked_up {
         let forced_password = snap
             .resolve_database(&database)

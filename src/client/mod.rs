@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use weir_auth::scram::Credential;
 
 use crate::app::App;
+use crate::client_limits::ClientSlot;
 use crate::params::ParamSet;
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
@@ -73,6 +74,13 @@ pub struct Session {
     /// server_fast_close: in session mode, give up a server whose connection settings a
     /// reload changed as soon as its transaction ends.
     fast_close: bool,
+    scram_keys: Option<Credential>,
+    /// "db/user@peer", for the log.
+    who: String,
+    log_disconnections: bool,
+    /// Held for their Drop: the client's places in the global, per-pool and per-db/user
+    /// client counts.
+    _counts: (ClientCount, PoolMember, (ClientSlot, ClientSlot)),
 }
 
 /// The client-side timeouts of PgBouncer; None where disabled.
@@ -124,12 +132,22 @@ impl Drop for PoolMember {
     }
 }
 
-pub async fn serve(app: Arc<App>, mut stream: Stream) {
-    let _count = ClientCount::new(&app);
+pub async fn serve(app: Arc<App>, stream: Stream) {
+    // Boxed: logging in is large and short-lived; it must not size every client's task.
+    let Some((mut session, requested)) = Box::pin(start(&app, stream)).await else {
+        return;
+    };
+    session.main(&app, requested).await;
+}
+
+/// Logs the client in and sets up its session; None when it ends here (refused, a cancel
+/// request, gone, or an admin console session, served to its end).
+async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)> {
+    let count = ClientCount::new(app);
     let peer = stream.peer_label();
-    let mut inbuf = BytesMut::with_capacity(1024);
+    let mut inbuf = BytesMut::new();
     let login_timeout = app.snapshot.load().config.general.client_login_timeout;
-    let attempt = login::login(&app, &mut stream, &mut inbuf, &peer);
+    let attempt = login::login(app, &mut stream, &mut inbuf, &peer);
     let outcome = if login_timeout.is_zero() {
         attempt.await
     } else {
@@ -140,10 +158,10 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
     let client = match outcome {
         Ok(Outcome::LoggedIn(c)) => c,
         Ok(Outcome::Admin(admin)) => {
-            crate::admin::serve(app, stream, inbuf, admin).await;
-            return;
+            crate::admin::serve(app.clone(), stream, inbuf, admin).await;
+            return None;
         }
-        Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return,
+        Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,
         Err(refusal) => {
             let who = format!(
                 "{}/{}@{peer}",
@@ -154,29 +172,36 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
                 tracing::warn!("{who} login failed: {}", refusal.error);
             }
             refuse(&mut stream, &refusal.error).await;
-            return;
+            return None;
         }
     };
+    let LoggedIn {
+        user,
+        database,
+        pool,
+        requested,
+        scram_keys,
+        _slots,
+    } = client;
     let handle = ClientHandle::register(
-        &client.user,
-        &client.database,
+        &user,
+        &database,
         &peer,
         &stream.local_label(),
-        client.requested.get("application_name").unwrap_or(""),
+        requested.get("application_name").unwrap_or(""),
     );
-    client.pool.clients.fetch_add(1, Ordering::Relaxed);
-    let _member = PoolMember(client.pool.clone());
-    let who = format!("{}/{}@{peer}", client.database, client.user);
+    pool.clients.fetch_add(1, Ordering::Relaxed);
+    let member = PoolMember(pool.clone());
     let snap = app.snapshot.load_full();
     let mode = snap.pool_mode(
         &snap
-            .resolve_database(&client.database)
+            .resolve_database(&database)
             .map(|d| d.0)
             .unwrap_or_default(),
-        &client.user,
+        &user,
     );
     let general = &snap.config.general;
-    let mut session = Session {
+    let session = Session {
         stream,
         inbuf,
         cframe: Framer::default(),
@@ -190,31 +215,39 @@ pub async fn serve(app: Arc<App>, mut stream: Stream) {
         exchange: Exchange::fresh(),
         shutting_down: false,
         client: handle,
-        pool: client.pool.clone(),
+        pool,
         delta: Delta::default(),
         query_started: None,
         xact_started: None,
         idle_since: Instant::now(),
-        timeouts: Timeouts::from_config(general, snap.config.users.get(&client.user)),
+        timeouts: Timeouts::from_config(general, snap.config.users.get(&user)),
         timer: None,
         armed: None,
         fast_close: general.server_fast_close,
+        scram_keys,
+        who: format!("{database}/{user}@{peer}"),
+        log_disconnections: general.log_disconnections,
+        _counts: (count, member, _slots),
     };
-    let log_disconnections = general.log_disconnections;
-    drop(snap);
-    let info = session.client.0.clone();
-    let reason = tokio::select! {
-        r = session.run(&app, client) => r,
-        // KILL / KILL_CLIENT from the admin console: whatever the session was doing
-        // (a lent server is closed with it), it ends now.
-        why = info.killed() => {
-            refuse(&mut session.stream, &PgError::fatal("08P01", why)).await;
-            why.to_owned()
+    Some((session, requested))
+}
+
+impl Session {
+    /// Runs the session to its end, and a KILL from the admin console ends it whatever it
+    /// was doing (a lent server is closed with it).
+    async fn main(&mut self, app: &Arc<App>, requested: ParamSet) {
+        let info = self.client.0.clone();
+        let reason = tokio::select! {
+            r = self.run(app, requested) => r,
+            why = info.killed() => {
+                refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
+                why.to_owned()
+            }
+        };
+        self.flush_stats();
+        if self.log_disconnections {
+            tracing::info!("{} closing because: {reason}", self.who);
         }
-    };
-    session.flush_stats();
-    if log_disconnections {
-        tracing::info!("{who} closing because: {reason}");
     }
 }
 
@@ -235,113 +268,125 @@ enum Wake {
 }
 
 impl Session {
-    /// Serves a logged-in client until it leaves; returns why it ended, for the log.
-    async fn run(&mut self, app: &Arc<App>, client: LoggedIn) -> String {
-        let LoggedIn {
-            pool,
-            requested,
-            scram_keys,
-            ..
-        } = client;
+    /// Serves a logged-in client until it leaves; returns why it ended, for the log. The
+    /// rare steps (welcome, errors, closing) live in boxed futures: this one is part of
+    /// every client's task, and only the common steps should size it.
+    async fn run(&mut self, app: &Arc<App>, requested: ParamSet) -> String {
         let shutdown = app.shutdown.clone().cancelled_owned();
         tokio::pin!(shutdown);
-        let mut lease = match self.welcome(&pool, requested, scram_keys.clone()).await {
+        let mut lease = match Box::pin(self.welcome(requested)).await {
             Ok(l) => l,
-            Err(e) => return self.refuse(e).await,
+            Err(e) => return Box::pin(self.refuse(e)).await,
         };
         loop {
-            let mut held = match lease.take() {
+            let held = match lease.take() {
                 Some(l) => l,
-                None => {
-                    if !self.flush_client().await {
-                        return "client unexpected eof".into();
-                    }
-                    match self.await_message(&mut shutdown).await {
-                        Wake::Message => {}
-                        Wake::Terminated => return "client close request".into(),
-                        Wake::Gone => return "client unexpected eof".into(),
-                        Wake::Shutdown => return self.refuse(shutting_down()).await,
-                        Wake::IdleTimeout => {
-                            return self
-                                .refuse(PgError::fatal("57P05", "client_idle_timeout"))
-                                .await
-                        }
-                    }
-                    match self.acquire(&pool, &scram_keys).await {
-                        Ok(l) => l,
-                        Err(Some(e)) if e.severity == "ERROR" => {
-                            if let Err(reason) = self.fail_request(&e).await {
-                                return reason;
-                            }
-                            continue;
-                        }
-                        Err(Some(e)) => return self.refuse(e).await,
-                        Err(None) => return "client gone while waiting for a server".into(),
-                    }
-                }
+                None => match self.next_server(&mut shutdown).await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => continue,
+                    Err(reason) => return reason,
+                },
             };
-            if let Err(e) = self.sync_params(&mut held).await {
-                held.close().await;
-                return self.refuse(e).await;
-            }
-            self.exchange = Exchange::fresh();
-            self.lend(&held);
-            let event = self.relay(&mut held, &mut shutdown).await;
-            self.client.0.set_idle();
-            held.info.0.set_idle();
-            match event {
-                Event::Idle => {
-                    let always = held.pool().settings().server_reset_query_always;
-                    if self.mode == PoolMode::Session || always {
-                        self.finish_server(held).await;
-                    } else {
-                        held.release();
-                    }
-                    if self.shutting_down {
-                        self.flush_client().await;
-                        return self.refuse(shutting_down()).await;
-                    }
-                }
-                Event::ClientTerminated => {
-                    self.finish_server(held).await;
-                    return "client close request".into();
-                }
-                Event::ClientGone => {
-                    self.finish_server(held).await;
-                    return "client unexpected eof".into();
-                }
-                Event::ServerGone => {
-                    tracing::warn!(server = ?*held, "server connection lost while lent to a client");
-                    drop(held);
-                    self.flush_client().await;
-                    return self
-                        .refuse(PgError::fatal("08006", "server conn crashed?"))
-                        .await;
-                }
-                Event::ClientProtocol(e) => {
-                    held.close().await;
-                    return self.refuse(e).await;
-                }
-                Event::Timeout(e) => {
-                    held.close().await;
-                    self.flush_client().await;
-                    return self.refuse(e).await;
-                }
-                Event::TransactionInStatementMode => {
-                    held.close().await;
-                    // The reply to the statement that opened the transaction is withheld:
-                    // the client must see it fail, not succeed and then lose its connection.
-                    self.outbuf.clear();
-                    self.sframe.reset();
-                    return self
-                        .refuse(PgError::fatal(
-                            "25000",
-                            "transaction blocks not allowed in statement pooling mode",
-                        ))
-                        .await;
-                }
+            if let Some(reason) = self.transaction(held, &mut shutdown).await {
+                return reason;
             }
         }
+    }
+
+    /// Waits for the client's next request and a server to run it on. Ok(None): the
+    /// request was answered without one (cancelled while queued).
+    async fn next_server(
+        &mut self,
+        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+    ) -> Result<Option<Lease>, String> {
+        if !self.flush_client().await {
+            return Err("client unexpected eof".into());
+        }
+        let error = match self.await_message(shutdown).await {
+            Wake::Message => match self.acquire().await {
+                Ok(l) => return Ok(Some(l)),
+                Err(Some(e)) if e.severity == "ERROR" => {
+                    return Box::pin(self.fail_request(&e)).await.map(|()| None);
+                }
+                Err(Some(e)) => e,
+                Err(None) => return Err("client gone while waiting for a server".into()),
+            },
+            Wake::Terminated => return Err("client close request".into()),
+            Wake::Gone => return Err("client unexpected eof".into()),
+            Wake::Shutdown => shutting_down(),
+            Wake::IdleTimeout => PgError::fatal("57P05", "client_idle_timeout"),
+        };
+        Err(Box::pin(self.refuse(error)).await)
+    }
+
+    /// Lends `held` to the client for one transaction (for the whole session in session
+    /// mode) and gives it back. Some(reason) when the session ends.
+    async fn transaction(
+        &mut self,
+        mut held: Lease,
+        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+    ) -> Option<String> {
+        if let Err(e) = self.sync_params(&mut held).await {
+            return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
+        }
+        self.exchange = Exchange::fresh();
+        self.lend(&held);
+        let event = self.relay(&mut held, shutdown).await;
+        self.client.0.set_idle();
+        held.info.0.set_idle();
+        match event {
+            Event::Idle => {
+                let always = held.pool().settings().server_reset_query_always;
+                if self.mode == PoolMode::Session || always {
+                    Box::pin(self.finish_server(held)).await;
+                } else {
+                    held.release();
+                }
+                if !self.shutting_down {
+                    return None;
+                }
+                self.flush_client().await;
+                Some(Box::pin(self.refuse(shutting_down())).await)
+            }
+            Event::ClientTerminated => {
+                Box::pin(self.finish_server(held)).await;
+                Some("client close request".into())
+            }
+            Event::ClientGone => {
+                Box::pin(self.finish_server(held)).await;
+                Some("client unexpected eof".into())
+            }
+            Event::ServerGone => {
+                tracing::warn!(server = ?*held, "server connection lost while lent to a client");
+                drop(held);
+                self.flush_client().await;
+                let e = PgError::fatal("08006", "server conn crashed?");
+                Some(Box::pin(self.refuse(e)).await)
+            }
+            Event::ClientProtocol(e) => Some(Box::pin(self.close_and_refuse(held, e, false)).await),
+            Event::Timeout(e) => Some(Box::pin(self.close_and_refuse(held, e, true)).await),
+            Event::TransactionInStatementMode => {
+                // The reply to the statement that opened the transaction is withheld:
+                // the client must see it fail, not succeed and then lose its connection.
+                self.outbuf.clear();
+                self.sframe.reset();
+                let e = PgError::fatal(
+                    "25000",
+                    "transaction blocks not allowed in statement pooling mode",
+                );
+                Some(Box::pin(self.close_and_refuse(held, e, false)).await)
+            }
+        }
+    }
+
+    /// Closes a server something of the client's may linger in, then ends the client with
+    /// `error`, first passing on what the server already said when `flush` is set.
+    async fn close_and_refuse(&mut self, held: Lease, error: PgError, flush: bool) -> String {
+        held.close().await;
+        if flush {
+            self.flush_client().await;
+        }
+        self.refuse(error).await
     }
 
     /// Answers the client's queued request with an error instead of running it: its
@@ -377,7 +422,7 @@ impl Session {
     /// Sends the client a fatal error and says why the session ended.
     async fn refuse(&mut self, error: PgError) -> String {
         refuse(&mut self.stream, &error).await;
-        error.message
+        error.into_fields().message
     }
 
     /// Returns a server the client is done with: reset and pooled when it is clean, closed
@@ -393,7 +438,10 @@ impl Session {
         if reset && !settings.server_reset_query.is_empty() {
             let query = settings.server_reset_query.clone();
             drop(settings);
-            if let Err(e) = held.run_internal(&query, INTERNAL_QUERY_TIMEOUT).await {
+            if let Err(e) = held
+                .run_internal_boxed(&query, INTERNAL_QUERY_TIMEOUT)
+                .await
+            {
                 tracing::warn!(server = ?*held, "server_reset_query failed: {e}");
                 held.close().await;
                 return;
@@ -408,10 +456,7 @@ impl Session {
         let ok = ready == 0 || self.stream.write_all(&self.outbuf[..ready]).await.is_ok();
         self.outbuf.clear();
         self.sframe.reset();
-        if self.outbuf.capacity() > 64 * 1024 {
-            // An idle client keeps no large buffer.
-            self.outbuf = BytesMut::new();
-        }
+        crate::bufpool::park(&mut self.outbuf);
         ok
     }
 
@@ -431,21 +476,39 @@ impl Session {
             if self.shutting_down {
                 return Wake::Shutdown;
             }
-            let idle_limit = self.timeouts.client_idle;
+            // The idle timer is boxed and only made when configured: an idle client's task
+            // should not carry one it does not need.
+            let idle_limit = self
+                .timeouts
+                .client_idle
+                .map(|d| Box::pin(tokio::time::sleep(d)));
             tokio::select! {
                 _ = shutdown.as_mut() => self.shutting_down = true,
                 r = self.read_more() => match r {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}
                 },
-                _ = sleep_or_never(idle_limit) => return Wake::IdleTimeout,
+                _ = async { match idle_limit { Some(t) => t.await, None => std::future::pending().await } } => {
+                    return Wake::IdleTimeout;
+                }
             }
         }
     }
 
     /// Checks out a server, noticing meanwhile if the client goes away. `Err(None)` means it
     /// did: there is no one left to tell.
-    async fn acquire(
+    async fn acquire(&mut self) -> Result<Lease, Option<PgError>> {
+        if let Some(lease) = self.pool.try_checkout_idle() {
+            return Ok(lease);
+        }
+        let pool = self.pool.clone();
+        let keys = self.scram_keys.clone();
+        Box::pin(self.wait_for_server(&pool, &keys)).await
+    }
+
+    /// Checks out the slow way: waiting in the queue, connecting, checking; boxed so that
+    /// every client's task does not carry this rare state.
+    async fn wait_for_server(
         &mut self,
         pool: &Arc<Pool>,
         keys: &Option<Credential>,
@@ -467,12 +530,11 @@ impl Session {
                 }
                 _ = &mut notify, if !notified => {
                     notified = true;
-                    let notice = messages::notice_response(&PgError {
-                        severity: "NOTICE".into(),
-                        code: "00000".into(),
-                        message: "No server connection available in postgres backend, client being queued".into(),
-                        detail: None,
-                    });
+                    let notice = messages::notice_response(&PgError::new(
+                        "NOTICE",
+                        "00000",
+                        "No server connection available in postgres backend, client being queued",
+                    ));
                     if self.stream.write_all(&notice).await.is_err() {
                         return Err(None);
                     }
@@ -490,26 +552,30 @@ impl Session {
         }
     }
 
+    /// Reads what the client sent; waits for it without holding a buffer when there is
+    /// nothing buffered yet.
     async fn read_more(&mut self) -> std::io::Result<usize> {
-        if self.inbuf.capacity() - self.inbuf.len() < 1024 {
-            self.inbuf.reserve(8192);
-        }
-        self.stream.read_buf(&mut self.inbuf).await
+        std::future::poll_fn(|cx| {
+            if self.inbuf.is_empty() {
+                crate::bufpool::park(&mut self.inbuf);
+                std::task::ready!(self.stream.poll_read_ready(cx))?;
+            }
+            crate::bufpool::ensure(&mut self.inbuf);
+            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
+        })
+        .await
     }
 
     /// Sends the client the parameters and key that end its login. The parameters come
     /// from the pool's first server (one is opened now if there is none yet).
-    async fn welcome(
-        &mut self,
-        pool: &Arc<Pool>,
-        requested: ParamSet,
-        scram_keys: Option<Credential>,
-    ) -> Result<Option<Lease>, PgError> {
+    async fn welcome(&mut self, requested: ParamSet) -> Result<Option<Lease>, PgError> {
+        let pool = self.pool.clone();
+        let scram_keys = self.scram_keys.clone();
         let mut lease = None;
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {
-                let l = pool.checkout(scram_keys, true).await?;
+                let l = Box::pin(pool.checkout(scram_keys, true)).await?;
                 let params = Arc::new(l.params.clone());
                 lease = Some(l);
                 params
@@ -572,17 +638,9 @@ impl Session {
             return Ok(());
         }
         lease
-            .run_internal(&sql, INTERNAL_QUERY_TIMEOUT)
+            .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
             .await
             .map_err(|e| e.to_client_error())
-    }
-}
-
-/// Sleeps for `d`, or forever when there is no limit.
-async fn sleep_or_never(d: Option<Duration>) {
-    match d {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -23,7 +23,6 @@ use crate::server::ServerConn;
 
 /// Stop reading a side while this much of what it sent still waits to be written.
 const HIGH_WATER: usize = 256 * 1024;
-const READ_CHUNK: usize = 16 * 1024;
 /// PostgreSQL's own limit on a message (MaxAllocSize).
 pub const MAX_MESSAGE: usize = 0x3fff_ffff;
 
@@ -66,12 +65,6 @@ impl Exchange {
     }
 }
 
-fn reserve(buf: &mut BytesMut) {
-    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-        buf.reserve(READ_CHUNK);
-    }
-}
-
 impl Session {
     /// True when the server can be handed to someone else without anything of this client
     /// in flight in either direction.
@@ -109,7 +102,7 @@ impl Session {
             let mut progress = false;
 
             if !self.exchange.terminated && self.inbuf.len() < HIGH_WATER {
-                reserve(&mut self.inbuf);
+                crate::bufpool::ensure(&mut self.inbuf);
                 match poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(Event::ClientGone)
@@ -137,7 +130,7 @@ impl Session {
             }
 
             if self.outbuf.len() < HIGH_WATER {
-                reserve(&mut self.outbuf);
+                crate::bufpool::ensure(&mut self.outbuf);
                 match poll_read_buf(Pin::new(&mut server.stream), cx, &mut self.outbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(Event::ServerGone)
@@ -280,6 +273,10 @@ impl Session {
                 Ok(None) => return Ok(()),
                 Err(_) => return Err(Event::ServerGone),
             };
+            if frame.tag == b'E' {
+                let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());
+                crate::stats::server_error(fields.unwrap_or_default(), &self.pool.database);
+            }
             let Some(body) = frame.body else { continue };
             match frame.tag {
                 b'Z' => {
@@ -291,12 +288,16 @@ impl Session {
                         x.answered = true;
                         self.idle_since = Instant::now();
                         if let Some(t) = self.query_started.take() {
-                            self.delta.query_time_us += t.elapsed().as_micros() as u64;
+                            let us = t.elapsed().as_micros() as u64;
+                            self.delta.query_time_us += us;
+                            self.pool.stats.query_latency.observe(us);
                         }
                         if x.status == b'I' {
                             if let Some(t) = self.xact_started.take() {
-                                self.delta.xact_time_us += t.elapsed().as_micros() as u64;
+                                let us = t.elapsed().as_micros() as u64;
+                                self.delta.xact_time_us += us;
                                 self.delta.xacts += 1;
+                                self.pool.stats.xact_latency.observe(us);
                             }
                             self.pool.stats.add(&self.delta);
                             self.delta = crate::stats::Delta::default();

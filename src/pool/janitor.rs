@@ -54,7 +54,7 @@ impl Pool {
         }
         for s in closing {
             tracing::debug!(server = ?s, "closing server past server_lifetime or server_idle_timeout");
-            self.closed_idle(s);
+            self.closed_idle(*s);
         }
     }
 

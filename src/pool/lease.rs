@@ -7,18 +7,19 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::Conn;
 use super::{Grant, Pool};
 use crate::server::ServerConn;
 
 /// A server lent to one client. Dropping it closes the server and frees its slot;
 /// `release` returns it to the pool for the next client.
 pub struct Lease {
-    conn: Option<ServerConn>,
+    conn: Option<Conn>,
     pool: Arc<Pool>,
 }
 
 impl Lease {
-    pub(super) fn new(conn: ServerConn, pool: Arc<Pool>) -> Lease {
+    pub(super) fn new(conn: Conn, pool: Arc<Pool>) -> Lease {
         Lease {
             conn: Some(conn),
             pool,
@@ -85,7 +86,7 @@ impl Slot {
     pub(super) fn fill(mut self, conn: ServerConn) -> Lease {
         let pool = self.pool.take().expect("slot filled once");
         pool.lock().connecting -= 1;
-        Lease::new(conn, pool)
+        Lease::new(Box::new(conn), pool)
     }
 }
 

@@ -20,6 +20,10 @@ use tokio::sync::oneshot;
 use crate::params::ParamSet;
 use crate::protocol::PgError;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
+
+/// Boxed so that a lease, a grant and an idle slot move a pointer, and the futures that
+/// hold a lease stay small.
+pub type Conn = Box<ServerConn>;
 use crate::stats::Counters;
 pub use lease::Lease;
 pub use limit::{Limit, Limits};
@@ -48,7 +52,7 @@ pub struct PoolSettings {
 }
 
 enum Grant {
-    Server(ServerConn),
+    Server(Conn),
     /// A slot is yours: open a new connection in it.
     Connect,
 }
@@ -65,7 +69,7 @@ enum Slot {
 
 #[derive(Default)]
 struct PoolState {
-    idle: VecDeque<ServerConn>,
+    idle: VecDeque<Conn>,
     /// Servers open, lent or being connected: what counts against pool_size.
     total: usize,
     /// Slots being connected (counted in `total` too).
@@ -115,7 +119,7 @@ impl Pool {
     pub fn update_settings(&self, settings: PoolSettings) {
         let generation = settings.target.generation;
         self.settings.store(Arc::new(settings));
-        let stale: Vec<ServerConn> = {
+        let stale: Vec<Conn> = {
             let mut st = self.lock();
             let (keep, stale): (VecDeque<_>, VecDeque<_>) =
                 st.idle.drain(..).partition(|s| s.generation == generation);
@@ -124,7 +128,7 @@ impl Pool {
             stale.into()
         };
         for s in stale {
-            self.closed_idle(s);
+            self.closed_idle(*s);
         }
         self.grant_free_slots();
     }
@@ -165,9 +169,6 @@ impl Pool {
         crate::admin::wait_resumed(&self.database).await;
         let started = Instant::now();
         let mut reserve = false;
-        if scram.is_some() {
-            self.lock().scram.clone_from(&scram);
-        }
         loop {
             let settings = self.settings();
             let mut expired = Vec::new();
@@ -187,7 +188,7 @@ impl Pool {
                 }
             };
             for s in expired {
-                self.closed_idle(s);
+                self.closed_idle(*s);
             }
             let grant = match step {
                 Ok(g) => g,
@@ -218,7 +219,8 @@ impl Pool {
                         return Ok(lease);
                     }
                 }
-                Grant::Connect => match self.connect(&settings, scram.clone()).await {
+                // Boxed: connecting is rare and its future large.
+                Grant::Connect => match Box::pin(self.connect(&settings, scram.clone())).await {
                     Ok(lease) => return Ok(lease),
                     Err(e) if for_login => return Err(e),
                     Err(_) => {
@@ -231,6 +233,45 @@ impl Pool {
                 },
             }
         }
+    }
+
+    /// The common case, without awaiting: an idle server that needs no check, while
+    /// nothing is paused. Anything else (waiting, connecting, checking) is for `checkout`.
+    pub fn try_checkout_idle(self: &Arc<Self>) -> Option<Lease> {
+        if crate::admin::gates_closed() {
+            return None;
+        }
+        let settings = self.settings();
+        let conn = {
+            let mut st = self.lock();
+            let s = if settings.round_robin {
+                st.idle.front()
+            } else {
+                st.idle.back()
+            }?;
+            let check_due = settings.server_check_query.is_some()
+                && s.idle_since.elapsed() >= settings.server_check_delay;
+            if check_due || self.expired(s, &settings) {
+                return None;
+            }
+            if settings.round_robin {
+                st.idle.pop_front()
+            } else {
+                st.idle.pop_back()
+            }?
+        };
+        let lease = Lease::new(conn, self.clone());
+        if !lease.is_healthy() {
+            tracing::info!(server = ?*lease, "closing server connection found dead in the pool");
+            return None;
+        }
+        Some(lease)
+    }
+
+    /// Keeps the SCRAM keys of a client that logged in, for connections opened with no
+    /// client at hand (min_pool_size).
+    pub fn remember_scram(&self, keys: &ScramCredential) {
+        self.lock().scram = Some(keys.clone());
     }
 
     /// Waits in the queue. Returns None at query_wait_timeout. At reserve_pool_timeout a
@@ -300,7 +341,7 @@ impl Pool {
 
     /// Checks a server that sat idle before lending it: it must not have been closed, and
     /// after server_check_delay it must answer server_check_query.
-    async fn vet(self: &Arc<Self>, s: ServerConn, settings: &PoolSettings) -> Option<Lease> {
+    async fn vet(self: &Arc<Self>, s: Conn, settings: &PoolSettings) -> Option<Lease> {
         let mut lease = Lease::new(s, self.clone());
         if !lease.is_healthy() {
             tracing::info!(server = ?*lease, "closing server connection found dead in the pool");
@@ -308,7 +349,10 @@ impl Pool {
         }
         if let Some(q) = &settings.server_check_query {
             if lease.idle_since.elapsed() >= settings.server_check_delay {
-                if let Err(e) = lease.run_internal(q, settings.target.connect_timeout).await {
+                if let Err(e) = lease
+                    .run_internal_boxed(q, settings.target.connect_timeout)
+                    .await
+                {
                     tracing::info!(server = ?*lease, "server_check_query failed: {e}");
                     return None;
                 }
@@ -358,8 +402,8 @@ impl Pool {
         &self,
         st: &mut PoolState,
         settings: &PoolSettings,
-        expired: &mut Vec<ServerConn>,
-    ) -> Option<ServerConn> {
+        expired: &mut Vec<Conn>,
+    ) -> Option<Conn> {
         loop {
             let s = if settings.round_robin {
                 st.idle.pop_front()
@@ -409,7 +453,7 @@ impl Pool {
     }
 
     /// Takes back a clean server: the longest waiter gets it, else it goes idle.
-    fn checkin(&self, mut conn: ServerConn) {
+    fn checkin(&self, mut conn: Conn) {
         let settings = self.settings();
         let mut st = self.lock();
         let oversize = st.total > settings.pool_size + settings.reserve_pool_size;
@@ -420,7 +464,7 @@ impl Pool {
         {
             st.total -= 1;
             drop(st);
-            self.closed_idle(conn);
+            self.closed_idle(*conn);
             return;
         }
         while let Some((_, w)) = st.waiters.pop_front() {
@@ -470,7 +514,7 @@ impl Pool {
             st.total -= 1;
             c
         };
-        self.closed_idle(conn);
+        self.closed_idle(*conn);
         true
     }
 
@@ -508,6 +552,11 @@ impl Pool {
         if unused_slot {
             settings.limits.return_units();
         }
+    }
+
+    /// The last server login that failed, until one succeeds (for the dashboard).
+    pub fn last_login_failure(&self) -> Option<(Instant, PgError)> {
+        self.lock().last_login_failure.clone()
     }
 
     /// What SHOW POOLS reports.

@@ -2,42 +2,59 @@
 //! the clients it refuses and keeps the ones a server sends it while logging in.
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+/// Boxed: errors are rare, and they travel inside the futures and enums every client task
+/// carries, which should not grow by four strings for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgError(Box<ErrorFields>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PgError {
+pub struct ErrorFields {
     pub severity: String,
     pub code: String,
     pub message: String,
     pub detail: Option<String>,
 }
 
+impl Deref for PgError {
+    type Target = ErrorFields;
+    fn deref(&self) -> &ErrorFields {
+        &self.0
+    }
+}
+
+impl DerefMut for PgError {
+    fn deref_mut(&mut self) -> &mut ErrorFields {
+        &mut self.0
+    }
+}
+
 impl PgError {
-    pub fn fatal(code: &str, message: impl Into<String>) -> PgError {
-        PgError {
-            severity: "FATAL".into(),
+    pub fn new(severity: &str, code: &str, message: impl Into<String>) -> PgError {
+        PgError(Box::new(ErrorFields {
+            severity: severity.into(),
             code: code.into(),
             message: message.into(),
             detail: None,
-        }
+        }))
+    }
+
+    pub fn into_fields(self) -> ErrorFields {
+        *self.0
+    }
+
+    pub fn fatal(code: &str, message: impl Into<String>) -> PgError {
+        PgError::new("FATAL", code, message)
     }
 
     pub fn error(code: &str, message: impl Into<String>) -> PgError {
-        PgError {
-            severity: "ERROR".into(),
-            code: code.into(),
-            message: message.into(),
-            detail: None,
-        }
+        PgError::new("ERROR", code, message)
     }
 
     /// Parses the fields of an ErrorResponse/NoticeResponse body.
     pub fn parse(body: &[u8]) -> PgError {
-        let mut e = PgError {
-            severity: "ERROR".into(),
-            code: "XX000".into(),
-            message: String::new(),
-            detail: None,
-        };
+        let mut e = PgError::new("ERROR", "XX000", "");
         for field in body.split(|b| *b == 0) {
             let Some((&tag, value)) = field.split_first() else {
                 continue;

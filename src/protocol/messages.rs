@@ -26,6 +26,7 @@ fn with_message(tag: u8, body: impl FnOnce(&mut BytesMut)) -> BytesMut {
 }
 
 pub fn error_response(err: &PgError) -> BytesMut {
+    crate::stats::pooler_error(err);
     error_or_notice(b'E', err)
 }
 

@@ -122,6 +122,16 @@ impl ServerConn {
         }
     }
 
+    /// `run_internal` on the heap, for callers on the hot path's task whose futures would
+    /// otherwise grow by its size for a rare step.
+    pub async fn run_internal_boxed(
+        &mut self,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<(), ConnectError> {
+        Box::pin(self.run_internal(sql, timeout)).await
+    }
+
     /// Closes politely: a Terminate lets PostgreSQL end the backend without logging an
     /// unexpected EOF.
     pub async fn terminate(mut self) {
