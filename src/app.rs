@@ -33,16 +33,12 @@ impl Snapshot {
 
     /// The database entry a client's database name resolves to, with the name PostgreSQL
     /// should see: an explicit entry, else the `*` fallback under the client's own name.
-    pub fn resolve_database(&self, name: &str) -> Option<(Database, String)> {
-        if let Some(db) = self.config.database(name) {
-            let server_db = db.dbname.clone().unwrap_or_else(|| name.to_owned());
-            return Some((db.clone(), server_db));
-        }
-        let db = self.config.fallback_database.as_ref()?;
-        Some((
-            db.clone(),
-            db.dbname.clone().unwrap_or_else(|| name.to_owned()),
-        ))
+    pub fn resolve_database(&self, name: &str) -> Option<(&Database, String)> {
+        let db = self
+            .config
+            .database(name)
+            .or(self.config.fallback_database.as_ref())?;
+        Some((db, db.dbname.clone().unwrap_or_else(|| name.to_owned())))
     }
 
     pub fn secret(&self, user: &str) -> Option<Secret> {
@@ -115,10 +111,10 @@ impl App {
             return Some(p.clone());
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let limits = self.limits(snap, db_name, &db, &server_user);
+        let limits = self.limits(snap, db_name, db, &server_user);
         let settings = pool_settings(
             snap,
-            &db,
+            db,
             &server_db,
             &server_user,
             client_user,
@@ -170,10 +166,10 @@ impl App {
                 continue;
             };
             let old = pool.settings();
-            let limits = self.limits(&snap, &pool.database, &db, &pool.user);
+            let limits = self.limits(&snap, &pool.database, db, &pool.user);
             let mut settings = pool_settings(
                 &snap,
-                &db,
+                db,
                 &server_db,
                 &pool.user,
                 &pool.user,

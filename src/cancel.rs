@@ -26,7 +26,7 @@ pub async fn forward(key: BackendKey) {
     };
     let packet = messages::cancel_request(target.key.pid, target.key.secret);
     let send = async {
-        match &target.addr {
+        match &*target.addr {
             ServerAddr::Tcp { host, port } => {
                 let mut s = TcpStream::connect((host.as_str(), *port)).await?;
                 s.write_all(&packet).await?;

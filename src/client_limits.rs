@@ -16,18 +16,27 @@ pub enum Scope {
 }
 
 impl ClientLimits {
-    /// Counts one more client under `name`, unless `max` (0 = unlimited) is reached.
-    pub fn enter(self: &Arc<Self>, scope: Scope, name: &str, max: usize) -> Option<ClientSlot> {
+    /// Counts one more client under `name`; Err when `max` is reached. With no limit
+    /// (`max` 0) nothing is counted, so logins under no limit take no lock here.
+    pub fn enter(
+        self: &Arc<Self>,
+        scope: Scope,
+        name: &str,
+        max: usize,
+    ) -> Result<Option<ClientSlot>, ()> {
+        if max == 0 {
+            return Ok(None);
+        }
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let n = counts.entry((scope, name.to_owned())).or_insert(0);
-        if max != 0 && *n >= max {
-            return None;
+        if *n >= max {
+            return Err(());
         }
         *n += 1;
-        Some(ClientSlot {
+        Ok(Some(ClientSlot {
             limits: self.clone(),
             key: (scope, name.to_owned()),
-        })
+        }))
     }
 }
 
@@ -56,13 +65,13 @@ mod tests {
     #[test]
     fn counts_and_frees() {
         let l = Arc::new(ClientLimits::default());
-        let a = l.enter(Scope::Database, "db", 2);
-        let b = l.enter(Scope::Database, "db", 2);
+        let a = l.enter(Scope::Database, "db", 2).unwrap();
+        let b = l.enter(Scope::Database, "db", 2).unwrap();
         assert!(a.is_some() && b.is_some());
-        assert!(l.enter(Scope::Database, "db", 2).is_none());
-        assert!(l.enter(Scope::User, "db", 2).is_some());
+        assert!(l.enter(Scope::Database, "db", 2).is_err());
+        assert!(l.enter(Scope::User, "db", 2).unwrap().is_some());
         drop(a);
-        assert!(l.enter(Scope::Database, "db", 2).is_some());
-        assert!(l.enter(Scope::Database, "other", 0).is_some());
+        assert!(l.enter(Scope::Database, "db", 2).unwrap().is_some());
+        assert!(l.enter(Scope::Database, "other", 0).unwrap().is_none());
     }
 }

@@ -13,10 +13,10 @@ use crate::app::App;
 use crate::stream::Stream;
 
 /// A bound socket, made before the runtime exists (so a port in use is reported before
-/// daemonizing).
+/// daemonizing). The Unix socket's owner (the one that removes the file) carries its path.
 pub enum StdListener {
     Tcp(std::net::TcpListener),
-    Unix(std::os::unix::net::UnixListener, PathBuf),
+    Unix(std::os::unix::net::UnixListener, Option<PathBuf>),
 }
 
 impl StdListener {
@@ -30,21 +30,25 @@ impl StdListener {
 
 pub enum Listener {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, Option<PathBuf>),
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
+        if let Listener::Unix(_, Some(path)) = self {
             let _ = std::fs::remove_file(path);
         }
     }
 }
 
-fn tcp_listener(addr: SocketAddr, g: &General) -> std::io::Result<std::net::TcpListener> {
+fn tcp_listener(
+    addr: SocketAddr,
+    g: &General,
+    reuse_port: bool,
+) -> std::io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
-    if g.so_reuseport {
+    if g.so_reuseport || reuse_port {
         socket.set_reuse_port(true)?;
     }
     if addr.is_ipv6() {
@@ -57,9 +61,14 @@ fn tcp_listener(addr: SocketAddr, g: &General) -> std::io::Result<std::net::TcpL
     Ok(socket.into())
 }
 
-/// Binds everything the configuration asks for. Any failure is fatal at startup.
-pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
-    let mut listeners = Vec::new();
+/// Binds everything the configuration asks for, once per worker thread: each worker has
+/// its own TCP sockets (SO_REUSEPORT, so the kernel spreads new connections over the
+/// workers without waking them all) and a handle on the one Unix socket. Any failure is
+/// fatal at startup.
+pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>, String> {
+    let workers = workers.max(1);
+    let mut per_worker: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut any = false;
     let port = g.listen_port;
     for addr in &g.listen_addr {
         let addr = addr.trim();
@@ -81,15 +90,21 @@ pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
                 .map(|a| a.ip())
                 .collect()
         };
-        for ip in ips {
+        'ips: for ip in ips {
             let sa = SocketAddr::new(ip, port);
-            match tcp_listener(sa, g) {
-                Ok(l) => listeners.push(StdListener::Tcp(l)),
-                // "*" on a host without IPv6 still serves IPv4.
-                Err(e) if addr == "*" && ip.is_ipv6() => {
-                    tracing::warn!("cannot listen on {sa}: {e}")
+            for (i, listeners) in per_worker.iter_mut().enumerate() {
+                match tcp_listener(sa, g, workers > 1) {
+                    Ok(l) => {
+                        listeners.push(StdListener::Tcp(l));
+                        any = true;
+                    }
+                    // "*" on a host without IPv6 still serves IPv4.
+                    Err(e) if i == 0 && addr == "*" && ip.is_ipv6() => {
+                        tracing::warn!("cannot listen on {sa}: {e}");
+                        continue 'ips;
+                    }
+                    Err(e) => return Err(format!("cannot listen on {sa}: {e}")),
                 }
-                Err(e) => return Err(format!("cannot listen on {sa}: {e}")),
             }
         }
     }
@@ -112,12 +127,19 @@ pub fn bind_all_std(g: &General) -> Result<Vec<StdListener>, String> {
         if let Some(group) = g.unix_socket_group.as_deref().filter(|s| !s.is_empty()) {
             set_group(&path, group)?;
         }
-        listeners.push(StdListener::Unix(l, path));
+        for listeners in per_worker.iter_mut().skip(1) {
+            let clone = l
+                .try_clone()
+                .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+            listeners.push(StdListener::Unix(clone, None));
+        }
+        per_worker[0].push(StdListener::Unix(l, Some(path)));
+        any = true;
     }
-    if listeners.is_empty() {
+    if !any {
         return Err("nothing to listen on: set listen_addr or unix_socket_dir".into());
     }
-    Ok(listeners)
+    Ok(per_worker)
 }
 
 /// Accepts until shutdown; each client gets its own task.

@@ -19,6 +19,7 @@ mod server;
 mod stats;
 mod stream;
 mod tcp_options;
+mod workers;
 
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -28,6 +29,9 @@ use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 
 use app::{App, Snapshot};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
@@ -55,7 +59,11 @@ fn main() -> ExitCode {
         }
     }
     // Bind before daemonizing so that a port in use is reported to the terminal.
-    let listeners = match listener::bind_all_std(g) {
+    let workers = match g.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+        n => n as usize,
+    };
+    let listeners = match listener::bind_all_std(g, workers) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("weir: {e}");
@@ -108,7 +116,9 @@ fn main() -> ExitCode {
     for notice in &snap.config.notices {
         tracing::warn!("{notice}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // The main thread's runtime handles signals, the admin console's timers and the
+    // metrics endpoint; clients live on the worker threads (see `workers`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -135,7 +145,7 @@ fn unsafe_is_root() -> bool {
 async fn serve(
     config_path: std::path::PathBuf,
     snap: Snapshot,
-    listeners: Vec<listener::StdListener>,
+    listeners: Vec<Vec<listener::StdListener>>,
     http: Option<std::net::TcpListener>,
     sinks: logging::Sinks,
 ) -> ExitCode {
@@ -155,16 +165,9 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     }
-    for l in listeners {
-        match l.into_tokio() {
-            Ok(l) => {
-                tokio::spawn(listener::run(app.clone(), l));
-            }
-            Err(e) => {
-                tracing::error!("cannot listen: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+    if let Err(e) = workers::start(&app, listeners) {
+        tracing::error!("cannot start worker threads: {e}");
+        return ExitCode::FAILURE;
     }
     tracing::info!(
         "weir {} started, process {}",
@@ -187,6 +190,7 @@ async fn serve(
             _ = int.recv() => {
                 tracing::info!("got SIGINT, shutting down when transactions finish");
                 app.shutdown.cancel();
+                client::begin_shutdown();
                 break;
             }
             _ = term.recv() => {

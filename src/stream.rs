@@ -23,6 +23,16 @@ impl Stream {
         }
     }
 
+    /// Moves the socket's registration to the current thread's runtime. A server
+    /// connection registered where it was opened would otherwise have every readiness
+    /// event of the client now using it cross threads.
+    pub fn rebind(self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s.into_std()?)?),
+            Stream::Unix(s) => Stream::Unix(UnixStream::from_std(s.into_std()?)?),
+        })
+    }
+
     /// Ready once the socket has something to read (or is closed); needs no buffer.
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {

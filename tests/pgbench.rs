@@ -182,3 +182,39 @@ fn psql_works_through_weir() {
     let err = psql_via(&weir, "postgres", "postgres", "select 1/0").unwrap_err();
     assert!(err.contains("division by zero"), "psql stderr: {err}");
 }
+
+/// Several worker threads share one pool: servers opened on one worker are lent to
+/// clients on another (and re-registered there), with the pool size still global.
+fn multi_worker_case(protocol: &str, connect_per_tx: bool) {
+    let pg = PgServer::start();
+    pg.create_user("app", "x", "md5");
+    pgbench_direct(&pg, "postgres", "app", &["-i", "-s", "1", "-q"]).assert_ok();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("workers", 3)
+        .set("default_pool_size", 4)
+        .set("max_client_conn", 500)
+        .start();
+    let sampler = BackendSampler::start(&pg, "usename = 'app'");
+    let mut args = vec!["-n", "-c", "40", "-j", "2", "-T", "3", "-M", protocol];
+    if connect_per_tx {
+        args.push("-C");
+    }
+    let r = pgbench_via(&weir, "postgres", "app", &args);
+    let (max, _) = sampler.stop();
+    r.assert_clean();
+    assert!(
+        max > 0 && max <= 4,
+        "PostgreSQL saw {max} connections from 3 workers; default_pool_size is 4"
+    );
+}
+
+#[test]
+fn three_workers_share_one_pool_simple() {
+    multi_worker_case("simple", false);
+}
+
+#[test]
+fn three_workers_share_one_pool_extended_connect_per_transaction() {
+    multi_worker_case("extended", true);
+}

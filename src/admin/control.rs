@@ -481,6 +481,7 @@ pub fn reload_config(app: &App) -> Result<(), String> {
 /// Options that take effect only at startup (PgBouncer's CF_NO_RELOAD): SHOW CONFIG says
 /// `changeable = no` and SET refuses them.
 pub const NOT_RELOADABLE: &[&str] = &[
+    "workers",
     "disable_pqexec",
     "http_listen",
     "job_name",
@@ -534,6 +535,7 @@ pub fn shutdown(app: &App, arg: &str) -> Result<ShutdownMode, String> {
         ShutdownMode::WaitForServers => {
             tracing::info!("SHUTDOWN WAIT_FOR_SERVERS command issued");
             app.shutdown.cancel();
+            crate::client::begin_shutdown();
         }
         ShutdownMode::WaitForClients => {
             tracing::info!("SHUTDOWN WAIT_FOR_CLIENTS command issued")

@@ -77,7 +77,7 @@ fn ptr<T>(a: &Arc<T>) -> String {
 /// The pool user a client's pool uses: the database's forced user, else the client's own.
 fn pool_user(snap: &Snapshot, database: &str, client_user: &str) -> String {
     snap.resolve_database(database)
-        .and_then(|(db, _)| db.user)
+        .and_then(|(db, _)| db.user.clone())
         .unwrap_or_else(|| client_user.to_owned())
 }
 
@@ -332,7 +332,7 @@ pub fn pools(app: &App) -> RowSet {
                 int(max_wait / 1_000_000),
                 int(max_wait % 1_000_000),
                 text(mode.as_str()),
-                load_balance(db.as_ref()),
+                load_balance(db),
             ],
         ));
     }
@@ -755,7 +755,7 @@ pub fn databases(app: &App) -> RowSet {
                 int(db.reserve_pool_size.unwrap_or(g.reserve_pool_size)),
                 int(db.server_lifetime.unwrap_or(g.server_lifetime).as_secs()),
                 db.pool_mode.map(|m| m.as_str().to_owned()),
-                load_balance(Some(&db)),
+                load_balance(Some(db)),
                 int(db.max_db_connections.unwrap_or(g.max_db_connections)),
                 int(servers),
                 int(db

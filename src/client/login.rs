@@ -32,7 +32,7 @@ pub struct LoggedIn {
     /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
     pub scram_keys: Option<Credential>,
     /// The client's places under max_db_client_connections and max_user_client_connections.
-    pub _slots: (ClientSlot, ClientSlot),
+    pub _slots: (Option<ClientSlot>, Option<ClientSlot>),
 }
 
 pub enum Outcome {
@@ -244,7 +244,7 @@ pub async fn login(
     let db_slot = app
         .client_limits
         .enter(Scope::Database, &database, db_max as usize)
-        .ok_or_else(|| {
+        .map_err(|()| {
             refuse(PgError::fatal(
                 "53300",
                 "no more connections allowed (max_db_client_connections)",
@@ -253,7 +253,7 @@ pub async fn login(
     let user_slot = app
         .client_limits
         .enter(Scope::User, &user, user_max as usize)
-        .ok_or_else(|| {
+        .map_err(|()| {
             refuse(PgError::fatal(
                 "53300",
                 "no more connections allowed (max_user_client_connections)",

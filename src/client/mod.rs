@@ -4,13 +4,13 @@ pub mod login;
 mod relay;
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio_util::sync::WaitForCancellationFutureOwned;
+use tokio::sync::futures::Notified;
 use weir_auth::scram::Credential;
 
 use crate::app::App;
@@ -25,6 +25,20 @@ use crate::stats::Delta;
 use crate::stream::Stream;
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
+
+/// Set once by a safe shutdown (SIGINT, SHUTDOWN WAIT_FOR_SERVERS). Sessions read it at
+/// their own pace; each is woken through its own `stop` notify, so no client polls a
+/// shared cancellation token (a global mutex) on its hot path.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Starts a safe shutdown: idle clients leave at once, the others when their transaction
+/// (in session mode, their session's current transaction) ends.
+pub fn begin_shutdown() {
+    SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    for client in crate::registry::clients::CLIENTS.snapshot() {
+        client.stop.notify_one();
+    }
+}
 
 /// Internal queries (parameter sync, reset) get this long before the server is dropped.
 const INTERNAL_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,7 +94,11 @@ pub struct Session {
     log_disconnections: bool,
     /// Held for their Drop: the client's places in the global, per-pool and per-db/user
     /// client counts.
-    _counts: (ClientCount, PoolMember, (ClientSlot, ClientSlot)),
+    _counts: (
+        ClientCount,
+        PoolMember,
+        (Option<ClientSlot>, Option<ClientSlot>),
+    ),
 }
 
 /// The client-side timeouts of PgBouncer; None where disabled.
@@ -137,7 +155,7 @@ pub async fn serve(app: Arc<App>, stream: Stream) {
     let Some((mut session, requested)) = Box::pin(start(&app, stream)).await else {
         return;
     };
-    session.main(&app, requested).await;
+    session.main(requested).await;
 }
 
 /// Logs the client in and sets up its session; None when it ends here (refused, a cancel
@@ -193,11 +211,9 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
     pool.clients.fetch_add(1, Ordering::Relaxed);
     let member = PoolMember(pool.clone());
     let snap = app.snapshot.load_full();
+    let no_entry = weir_config::Database::default();
     let mode = snap.pool_mode(
-        &snap
-            .resolve_database(&database)
-            .map(|d| d.0)
-            .unwrap_or_default(),
+        snap.resolve_database(&database).map_or(&no_entry, |d| d.0),
         &user,
     );
     let general = &snap.config.general;
@@ -225,7 +241,11 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
         armed: None,
         fast_close: general.server_fast_close,
         scram_keys,
-        who: format!("{database}/{user}@{peer}"),
+        who: if general.log_disconnections {
+            format!("{database}/{user}@{peer}")
+        } else {
+            String::new()
+        },
         log_disconnections: general.log_disconnections,
         _counts: (count, member, _slots),
     };
@@ -235,10 +255,10 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
 impl Session {
     /// Runs the session to its end, and a KILL from the admin console ends it whatever it
     /// was doing (a lent server is closed with it).
-    async fn main(&mut self, app: &Arc<App>, requested: ParamSet) {
+    async fn main(&mut self, requested: ParamSet) {
         let info = self.client.0.clone();
         let reason = tokio::select! {
-            r = self.run(app, requested) => r,
+            r = self.run(requested) => r,
             why = info.killed() => {
                 refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
                 why.to_owned()
@@ -271,9 +291,10 @@ impl Session {
     /// Serves a logged-in client until it leaves; returns why it ended, for the log. The
     /// rare steps (welcome, errors, closing) live in boxed futures: this one is part of
     /// every client's task, and only the common steps should size it.
-    async fn run(&mut self, app: &Arc<App>, requested: ParamSet) -> String {
-        let shutdown = app.shutdown.clone().cancelled_owned();
-        tokio::pin!(shutdown);
+    async fn run(&mut self, requested: ParamSet) -> String {
+        let info = self.client.0.clone();
+        let stop = info.stop.notified();
+        tokio::pin!(stop);
         let mut lease = match Box::pin(self.welcome(requested)).await {
             Ok(l) => l,
             Err(e) => return Box::pin(self.refuse(e)).await,
@@ -281,13 +302,13 @@ impl Session {
         loop {
             let held = match lease.take() {
                 Some(l) => l,
-                None => match self.next_server(&mut shutdown).await {
+                None => match self.next_server(&mut stop).await {
                     Ok(Some(l)) => l,
                     Ok(None) => continue,
                     Err(reason) => return reason,
                 },
             };
-            if let Some(reason) = self.transaction(held, &mut shutdown).await {
+            if let Some(reason) = self.transaction(held, &mut stop).await {
                 return reason;
             }
         }
@@ -297,12 +318,12 @@ impl Session {
     /// request was answered without one (cancelled while queued).
     async fn next_server(
         &mut self,
-        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+        stop: &mut Pin<&mut Notified<'_>>,
     ) -> Result<Option<Lease>, String> {
         if !self.flush_client().await {
             return Err("client unexpected eof".into());
         }
-        let error = match self.await_message(shutdown).await {
+        let error = match self.await_message(stop).await {
             Wake::Message => match self.acquire().await {
                 Ok(l) => return Ok(Some(l)),
                 Err(Some(e)) if e.severity == "ERROR" => {
@@ -324,14 +345,18 @@ impl Session {
     async fn transaction(
         &mut self,
         mut held: Lease,
-        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+        stop: &mut Pin<&mut Notified<'_>>,
     ) -> Option<String> {
+        if held.adopt().is_err() {
+            let e = PgError::fatal("08006", "server conn crashed?");
+            return Some(Box::pin(self.refuse(e)).await);
+        }
         if let Err(e) = self.sync_params(&mut held).await {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
         self.exchange = Exchange::fresh();
         self.lend(&held);
-        let event = self.relay(&mut held, shutdown).await;
+        let event = self.relay(&mut held, stop).await;
         self.client.0.set_idle();
         held.info.0.set_idle();
         match event {
@@ -461,10 +486,7 @@ impl Session {
     }
 
     /// Waits, without a server, until the client has sent the header of its next message.
-    async fn await_message(
-        &mut self,
-        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
-    ) -> Wake {
+    async fn await_message(&mut self, stop: &mut Pin<&mut Notified<'_>>) -> Wake {
         loop {
             if self.inbuf.len() >= crate::protocol::HEADER_LEN {
                 return if self.inbuf[0] == b'X' {
@@ -473,7 +495,8 @@ impl Session {
                     Wake::Message
                 };
             }
-            if self.shutting_down {
+            if self.shutting_down || SHUTTING_DOWN.load(Ordering::Relaxed) {
+                self.shutting_down = true;
                 return Wake::Shutdown;
             }
             // The idle timer is boxed and only made when configured: an idle client's task
@@ -483,7 +506,7 @@ impl Session {
                 .client_idle
                 .map(|d| Box::pin(tokio::time::sleep(d)));
             tokio::select! {
-                _ = shutdown.as_mut() => self.shutting_down = true,
+                _ = stop.as_mut() => {}
                 r = self.read_more() => match r {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}
@@ -581,15 +604,20 @@ impl Session {
                 params
             }
         };
-        let mut view = (*welcome).clone();
-        for (k, v) in requested.iter() {
-            view.set(k, v);
-        }
+        // The server's parameters, with the client's own values where it asked for some.
         let mut out = BytesMut::with_capacity(512);
-        for (k, v) in view.iter() {
+        let mut show = |k: &str, v: &str, wanted: &mut ParamSet| {
             messages::parameter_status(&mut out, k, v);
             if crate::params::tracked_name(k).is_some() {
-                self.wanted.set(k, v);
+                wanted.set(k, v);
+            }
+        };
+        for (k, v) in welcome.iter() {
+            show(k, requested.get(k).unwrap_or(v), &mut self.wanted);
+        }
+        for (k, v) in requested.iter() {
+            if welcome.get(k).is_none() {
+                show(k, v, &mut self.wanted);
             }
         }
         let key = self.client.0.key;

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use bytes::Buf;
 use tokio::io::AsyncWrite;
+use tokio::sync::futures::Notified;
 use tokio_util::io::poll_read_buf;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::Session;
 use crate::pool::PoolMode;
@@ -82,11 +82,20 @@ impl Session {
     pub async fn relay(
         &mut self,
         server: &mut ServerConn,
-        shutdown: &mut Pin<&mut WaitForCancellationFutureOwned>,
+        stop: &mut Pin<&mut Notified<'_>>,
     ) -> Event {
         self.exchange.answered = false;
+        // The client's stop notify is polled once, to register this task's waker (it does
+        // not change between polls); a shutdown then wakes the task, which reads the flag.
+        let mut stop_registered = false;
         std::future::poll_fn(|cx| {
-            if !self.shutting_down && shutdown.as_mut().poll(cx).is_ready() {
+            if !stop_registered {
+                let _ = stop.as_mut().poll(cx);
+                stop_registered = true;
+            }
+            if !self.shutting_down
+                && super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+            {
                 self.shutting_down = true;
             }
             self.poll_relay(server, cx)

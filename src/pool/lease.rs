@@ -30,6 +30,27 @@ impl Lease {
         &self.pool
     }
 
+    /// Registers the server with the current worker's runtime if it lives on another, so
+    /// its readiness events wake this client without crossing threads.
+    pub fn adopt(&mut self) -> std::io::Result<()> {
+        if !self.conn.as_ref().is_some_and(|c| c.is_foreign()) {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.take() else {
+            return Ok(());
+        };
+        match (*conn).adopted() {
+            Ok(c) => {
+                self.conn = Some(Box::new(c));
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.forget();
+                Err(e)
+            }
+        }
+    }
+
     /// Returns a clean, idle server to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {

@@ -244,21 +244,14 @@ impl Pool {
         let settings = self.settings();
         let conn = {
             let mut st = self.lock();
-            let s = if settings.round_robin {
-                st.idle.front()
-            } else {
-                st.idle.back()
-            }?;
+            let i = pick_idle(&st.idle, &settings)?;
+            let s = &st.idle[i];
             let check_due = settings.server_check_query.is_some()
                 && s.idle_since.elapsed() >= settings.server_check_delay;
             if check_due || self.expired(s, &settings) {
                 return None;
             }
-            if settings.round_robin {
-                st.idle.pop_front()
-            } else {
-                st.idle.pop_back()
-            }?
+            st.idle.remove(i)?
         };
         let lease = Lease::new(conn, self.clone());
         if !lease.is_healthy() {
@@ -405,11 +398,8 @@ impl Pool {
         expired: &mut Vec<Conn>,
     ) -> Option<Conn> {
         loop {
-            let s = if settings.round_robin {
-                st.idle.pop_front()
-            } else {
-                st.idle.pop_back()
-            }?;
+            let i = pick_idle(&st.idle, settings)?;
+            let s = st.idle.remove(i)?;
             if self.expired(&s, settings) {
                 st.total -= 1;
                 expired.push(s);
@@ -579,6 +569,24 @@ impl Pool {
             clients: self.clients.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Which idle server to lend: the oldest in round-robin mode, else the most recently used
+/// (LIFO, PgBouncer's default) among those registered with this worker's runtime, looking
+/// a few places back before settling for one registered elsewhere.
+fn pick_idle(idle: &VecDeque<Conn>, settings: &PoolSettings) -> Option<usize> {
+    let n = idle.len();
+    if n == 0 {
+        return None;
+    }
+    if settings.round_robin {
+        return Some(0);
+    }
+    let here = crate::workers::current();
+    (n.saturating_sub(8)..n)
+        .rev()
+        .find(|&i| idle[i].home == here)
+        .or(Some(n - 1))
 }
 
 #[derive(Debug, Clone, Copy, Default)]

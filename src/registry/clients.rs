@@ -25,7 +25,7 @@ pub enum ClientState {
 /// Where a cancel request for this client must go.
 #[derive(Debug, Clone)]
 pub struct CancelTarget {
-    pub addr: ServerAddr,
+    pub addr: Arc<ServerAddr>,
     pub key: BackendKey,
     pub server_id: u64,
 }
@@ -45,6 +45,9 @@ pub struct ClientInfo {
     link: Mutex<Option<CancelTarget>>,
     /// Woken by a cancel request that finds the client waiting in a queue.
     pub cancel_wait: Notify,
+    /// Woken at a safe shutdown, so an idle client leaves now and a busy one after its
+    /// transaction.
+    pub stop: Notify,
     /// Cancelled by the admin console (KILL, KILL_CLIENT): the session task ends the client.
     kill: CancellationToken,
     kill_reason: OnceLock<&'static str>,
@@ -142,6 +145,7 @@ impl ClientHandle {
                 wait_since: AtomicU64::new(0),
                 link: Mutex::new(None),
                 cancel_wait: Notify::new(),
+                stop: Notify::new(),
                 kill: CancellationToken::new(),
                 kill_reason: OnceLock::new(),
             },

@@ -225,10 +225,11 @@ async fn connect_inner(
         stream,
         params: server_params,
         key,
-        addr: target.addr.clone(),
+        addr: std::sync::Arc::new(target.addr.clone()),
         created: now,
         idle_since: now,
         generation: target.generation,
+        home: crate::workers::current(),
     };
     if let Some(q) = &target.connect_query {
         conn.run_internal(q, target.connect_timeout).await?;

@@ -5,6 +5,7 @@ mod login;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -51,9 +52,12 @@ pub struct ServerConn {
     /// What the server has reported with ParameterStatus, kept current while it is lent.
     pub params: ParamSet,
     pub key: BackendKey,
-    pub addr: ServerAddr,
+    /// Shared: every lend copies it into the client's cancel target.
+    pub addr: Arc<ServerAddr>,
     pub created: Instant,
     pub idle_since: Instant,
+    /// The worker thread whose runtime the socket is registered with.
+    pub home: usize,
     /// The pool configuration this connection was opened under; a reload that changes how
     /// servers are reached makes older connections close instead of returning to the pool.
     pub generation: u64,
@@ -68,6 +72,41 @@ impl fmt::Debug for ServerConn {
 impl ServerConn {
     pub(crate) fn next_id() -> u64 {
         NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether the socket is registered with another worker's runtime than this one.
+    pub fn is_foreign(&self) -> bool {
+        let here = crate::workers::current();
+        self.home != here && here != crate::workers::MAIN
+    }
+
+    /// The same connection, registered with the current worker's runtime.
+    pub fn adopted(self) -> std::io::Result<ServerConn> {
+        let here = crate::workers::current();
+        let ServerConn {
+            id,
+            info,
+            stream,
+            params,
+            key,
+            addr,
+            home: _,
+            created,
+            idle_since,
+            generation,
+        } = self;
+        Ok(ServerConn {
+            id,
+            info,
+            stream: stream.rebind()?,
+            params,
+            key,
+            addr,
+            home: here,
+            created,
+            idle_since,
+            generation,
+        })
     }
 
     /// True when the idle connection shows no sign of having been closed: a server that

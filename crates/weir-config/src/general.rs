@@ -209,6 +209,11 @@ general_options! {
     /// Unix user to switch to after startup.
     user: Option<String> = None;
     verbose: u32 = 0;
+    /// Weir's own option, not PgBouncer's: how many worker threads serve clients, each
+    /// with its own event loop, sharing pools and limits. 0 (the default) means half the
+    /// CPUs, at least one: on a small machine the pooler shares the cores with PostgreSQL,
+    /// and one event loop crossing no threads beats two that keep waking each other.
+    workers: u32 = 0;
 }
 
 impl General {

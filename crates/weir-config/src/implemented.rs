@@ -73,6 +73,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "unix_socket_mode",
     "user",
     "verbose",
+    "workers",
 ];
 
 /// `[databases]` connection-string parameters Weir implements.
