@@ -201,6 +201,9 @@ pub async fn login(
         authenticate(&snap, stream, buf, &user, snap.secret(&user).as_ref())
             .await
             .map_err(refuse)?;
+        let mut ok = BytesMut::new();
+        messages::auth_request(&mut ok, AUTH_OK, &[]);
+        send(stream, &ok).await.map_err(refuse)?;
         return Ok(Outcome::Admin(AdminLogin {
             user,
             full_access,
@@ -391,9 +394,8 @@ async fn authenticate(
             ));
         }
     }
-    out.clear();
-    messages::auth_request(&mut out, AUTH_OK, &[]);
-    send(stream, &out).await?;
+    // AuthenticationOk is not sent here: it goes out with the rest of the welcome, in one
+    // write.
     Ok(keys)
 }
 

@@ -604,8 +604,10 @@ impl Session {
                 params
             }
         };
-        // The server's parameters, with the client's own values where it asked for some.
+        // AuthenticationOk, then the server's parameters with the client's own values where
+        // it asked for some, the key and ReadyForQuery: one write.
         let mut out = BytesMut::with_capacity(512);
+        messages::auth_request(&mut out, messages::AUTH_OK, &[]);
         let mut show = |k: &str, v: &str, wanted: &mut ParamSet| {
             messages::parameter_status(&mut out, k, v);
             if crate::params::tracked_name(k).is_some() {
