@@ -11,8 +11,8 @@ use bytes::BytesMut;
 /// when it grew past `KEEP_MAX`.
 pub const SIZE: usize = 16 * 1024;
 const KEEP_MAX: usize = 64 * 1024;
-/// Free buffers kept per worker thread.
-const POOL_MAX: usize = 256;
+/// Free buffers kept per worker thread: about as many as clients busy at once on it.
+const POOL_MAX: usize = 64;
 
 thread_local! {
     static FREE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
@@ -36,9 +36,9 @@ pub fn park(buf: &mut BytesMut) {
     }
     let mut b = std::mem::take(buf);
     b.clear();
-    // Reclaims the space consumed by `advance` so the pooled buffer is whole again.
-    b.reserve(SIZE);
-    if b.capacity() <= KEEP_MAX {
+    // Takes back the space consumed by `advance` without allocating; a buffer that cannot
+    // hold SIZE that way (a small one from logging in) is freed, not grown to be pooled.
+    if b.try_reclaim(SIZE) && b.capacity() <= KEEP_MAX {
         FREE.with(|f| {
             let mut f = f.borrow_mut();
             if f.len() < POOL_MAX {

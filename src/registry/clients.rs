@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use super::{now_micros, Registry};
 use crate::server::{BackendKey, ServerAddr};
@@ -48,8 +47,10 @@ pub struct ClientInfo {
     /// Woken at a safe shutdown, so an idle client leaves now and a busy one after its
     /// transaction.
     pub stop: Notify,
-    /// Cancelled by the admin console (KILL, KILL_CLIENT): the session task ends the client.
-    kill: CancellationToken,
+    /// Woken by the admin console (KILL, KILL_CLIENT): the session task ends the client.
+    /// A Notify, not a CancellationToken: it lives inline, where a token allocates a tree
+    /// node for every client.
+    kill: Notify,
     kill_reason: OnceLock<&'static str>,
 }
 
@@ -81,16 +82,17 @@ impl ClientInfo {
     /// Asks the client's session to disconnect it, telling it `reason`.
     pub fn kill(&self, reason: &'static str) {
         let _ = self.kill_reason.set(reason);
-        self.kill.cancel();
+        self.kill.notify_one();
     }
 
     /// Resolves once the client was killed, with the reason to tell it.
     pub async fn killed(&self) -> &'static str {
-        self.kill.cancelled().await;
-        self.kill_reason
-            .get()
-            .copied()
-            .unwrap_or("admin forced disconnect")
+        loop {
+            if let Some(reason) = self.kill_reason.get() {
+                return reason;
+            }
+            self.kill.notified().await;
+        }
     }
 
     pub fn set_waiting(&self) {
@@ -146,7 +148,7 @@ impl ClientHandle {
                 link: Mutex::new(None),
                 cancel_wait: Notify::new(),
                 stop: Notify::new(),
-                kill: CancellationToken::new(),
+                kill: Notify::new(),
                 kill_reason: OnceLock::new(),
             },
         );
