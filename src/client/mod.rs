@@ -114,23 +114,15 @@ pub struct Timeouts {
 impl Timeouts {
     fn from_config(g: &weir_config::General, user: Option<&weir_config::User>) -> Timeouts {
         let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        // A per-user value in [users] wins over the global one; 0 disables.
+        let pick = |per_user: fn(&weir_config::User) -> Option<Duration>, global: Duration| {
+            nonzero(user.and_then(per_user).unwrap_or(global))
+        };
         Timeouts {
-            client_idle: nonzero(
-                user.and_then(|u| u.client_idle_timeout)
-                    .unwrap_or(g.client_idle_timeout),
-            ),
-            idle_transaction: nonzero(
-                user.and_then(|u| u.idle_transaction_timeout)
-                    .unwrap_or(g.idle_transaction_timeout),
-            ),
-            query: nonzero(
-                user.and_then(|u| u.query_timeout)
-                    .unwrap_or(g.query_timeout),
-            ),
-            transaction: nonzero(
-                user.and_then(|u| u.transaction_timeout)
-                    .unwrap_or(g.transaction_timeout),
-            ),
+            client_idle: pick(|u| u.client_idle_timeout, g.client_idle_timeout),
+            idle_transaction: pick(|u| u.idle_transaction_timeout, g.idle_transaction_timeout),
+            query: pick(|u| u.query_timeout, g.query_timeout),
+            transaction: pick(|u| u.transaction_timeout, g.transaction_timeout),
             query_wait_notify: nonzero(g.query_wait_notify),
         }
     }

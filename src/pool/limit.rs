@@ -42,6 +42,12 @@ impl Limit {
         true
     }
 
+    /// Whether every unit is taken (never, when unlimited).
+    fn is_full(&self) -> bool {
+        let max = self.max.load(Ordering::Relaxed);
+        max != 0 && *self.used.lock().unwrap_or_else(|p| p.into_inner()) >= max
+    }
+
     fn release_unit(&self) {
         let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
         *used = used.saturating_sub(1);
@@ -98,6 +104,17 @@ impl Limits {
         for l in self.all() {
             l.release_unit();
         }
+    }
+
+    /// Whether another pool under a reached limit has clients waiting: a server this pool
+    /// no longer needs should then be closed to make room for them rather than kept idle.
+    /// Must be called without any pool's lock held.
+    pub fn others_waiting(&self, except: &Pool) -> bool {
+        self.all().filter(|l| l.is_full()).any(|l| {
+            l.members()
+                .iter()
+                .any(|p| !std::ptr::eq(Arc::as_ptr(p), except) && p.starved_by_limit())
+        })
     }
 
     /// Closes an idle server of another pool under these limits, to make room: a pool that

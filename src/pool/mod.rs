@@ -445,12 +445,16 @@ impl Pool {
     /// Takes back a clean server: the longest waiter gets it, else it goes idle.
     fn checkin(&self, mut conn: Conn) {
         let settings = self.settings();
+        // Another pool waits on a shared limit this server counts against: unless a client
+        // of this pool wants it, close it so that the other pool can connect (checked
+        // before taking this pool's lock, as it locks the other pools).
+        let make_room = settings.limits.others_waiting(self);
         let mut st = self.lock();
         let oversize = st.total > settings.pool_size + settings.reserve_pool_size;
         if conn.generation != settings.target.generation
             || (!settings.server_lifetime.is_zero()
                 && conn.created.elapsed() >= settings.server_lifetime)
-            || (oversize && st.waiters.is_empty())
+            || ((oversize || make_room) && st.waiters.is_empty())
         {
             st.total -= 1;
             drop(st);
@@ -492,6 +496,14 @@ impl Pool {
         }
         self.settings().limits.release();
         self.grant_free_slots();
+    }
+
+    /// Whether clients of this pool wait for a server while the pool itself has room: what
+    /// holds them up is a shared limit.
+    fn starved_by_limit(&self) -> bool {
+        let pool_size = self.settings().pool_size;
+        let st = self.lock();
+        st.total < pool_size && st.waiters.iter().any(|(_, w)| !w.is_closed())
     }
 
     /// Closes this pool's longest-idle server, for another pool that needs the room.
