@@ -92,6 +92,17 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
         };
         'ips: for ip in ips {
             let sa = SocketAddr::new(ip, port);
+            if workers > 1 && !g.so_reuseport {
+                // SO_REUSEPORT would also let another process bind this port beside us and
+                // take half the connections: make sure nobody has it first.
+                if let Err(e) = tcp_listener(sa, g, false) {
+                    if addr == "*" && ip.is_ipv6() {
+                        tracing::warn!("cannot listen on {sa}: {e}");
+                        continue 'ips;
+                    }
+                    return Err(format!("cannot listen on {sa}: {e}"));
+                }
+            }
             for (i, listeners) in per_worker.iter_mut().enumerate() {
                 match tcp_listener(sa, g, workers > 1) {
                     Ok(l) => {

@@ -302,3 +302,26 @@ async fn user_flag_switches_user() {
     );
     assert_serving(&weir, "postgres", "postgres").await;
 }
+
+/// Several workers listen with SO_REUSEPORT, which must not let a second instance share
+/// a port the first one holds: it is refused as "in use", as without workers.
+#[test]
+fn second_instance_on_the_same_port_is_refused_with_workers() {
+    let pg = PgServer::start();
+    let first = Weir::for_pg(&pg).set("workers", 2).start();
+    let dir = tempfile::tempdir().unwrap();
+    let ini = Weir::for_pg(&pg)
+        .set("workers", 2)
+        .set("unix_socket_dir", "")
+        .write(dir.path(), first.port());
+    let out = run(&[ini.to_str().unwrap()]);
+    if out.status.success() {
+        kill_processes_with_arg(ini.to_str().unwrap());
+    }
+    assert!(
+        !out.status.success(),
+        "a second weir started on port {} beside the first",
+        first.port()
+    );
+    assert!(text(&out).contains("in use"), "{}", text(&out));
+}
