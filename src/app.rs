@@ -62,7 +62,8 @@ pub struct App {
     /// max_db_connections and max_user_connections, shared by the pools of a database or user.
     db_limits: Mutex<HashMap<String, Arc<Limit>>>,
     user_limits: Mutex<HashMap<String, Arc<Limit>>>,
-    /// Targets by pool, to tell on reload which pools now reach their servers differently.
+    /// Hands out pool target generations: a reload that changes how a pool reaches its
+    /// servers gives it a new one, so connections opened under the old one are closed.
     generation: AtomicU64,
     pub clients: AtomicUsize,
     pub client_limits: Arc<ClientLimits>,

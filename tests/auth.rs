@@ -252,9 +252,10 @@ async fn server_login_trust() {
     assert_eq!(q1(&c, "select current_user").await, "srv");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_login_md5_password_from_database_entry() {
-    let pg = server_with_password_role("md5");
+/// Weir logs in to a server whose pg_hba demands `method` for role srv, with the
+/// password from the [databases] entry, and the client is connected as srv.
+async fn server_login_from_database_entry(method: &str) {
+    let pg = server_with_password_role(method);
     let weir = Weir::builder()
         .database("db", &format!("{} user=srv password=srvpw", pg.connstr()))
         .start();
@@ -262,44 +263,40 @@ async fn server_login_md5_password_from_database_entry() {
         .await
         .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
     assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+/// The same, with the password from the auth_file (the client authenticates with it
+/// too, by `method`).
+async fn server_login_from_auth_file(method: &str) {
+    let pg = server_with_password_role(method);
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", method)
+        .userlist(&[("srv", "srvpw")])
+        .start();
+    let c = connect_pw(weir.port(), "postgres", "srv", "srvpw")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_md5_password_from_database_entry() {
+    server_login_from_database_entry("md5").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_login_scram_password_from_database_entry() {
-    let pg = server_with_password_role("scram-sha-256");
-    let weir = Weir::builder()
-        .database("db", &format!("{} user=srv password=srvpw", pg.connstr()))
-        .start();
-    let c = connect(weir.port(), "db", "postgres")
-        .await
-        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
-    assert_eq!(q1(&c, "select current_user").await, "srv");
+    server_login_from_database_entry("scram-sha-256").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_login_md5_password_from_auth_file() {
-    let pg = server_with_password_role("md5");
-    let weir = Weir::for_pg(&pg)
-        .set("auth_type", "md5")
-        .userlist(&[("srv", "srvpw")])
-        .start();
-    let c = connect_pw(weir.port(), "postgres", "srv", "srvpw")
-        .await
-        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
-    assert_eq!(q1(&c, "select current_user").await, "srv");
+    server_login_from_auth_file("md5").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_login_scram_password_from_auth_file() {
-    let pg = server_with_password_role("scram-sha-256");
-    let weir = Weir::for_pg(&pg)
-        .set("auth_type", "scram-sha-256")
-        .userlist(&[("srv", "srvpw")])
-        .start();
-    let c = connect_pw(weir.port(), "postgres", "srv", "srvpw")
-        .await
-        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
-    assert_eq!(q1(&c, "select current_user").await, "srv");
+    server_login_from_auth_file("scram-sha-256").await;
 }
 
 /// The server refuses Weir's login (wrong password in the database entry):

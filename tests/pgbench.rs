@@ -98,25 +98,24 @@ fn statement_mode_pgbench_select_only_extended_connect_per_transaction() {
     pgbench_case("statement", "extended", true);
 }
 
-/// Transaction mode, default_pool_size = 5, 100 clients: PostgreSQL never
-/// sees more than 5 connections from Weir (sampled every ~50 ms).
-#[test]
-fn transaction_mode_100_clients_use_at_most_default_pool_size_servers() {
+/// Runs pgbench (as role `app`, tables made directly) through a transaction-mode Weir
+/// with `default_pool_size = pool_size` and the extra settings, sampling
+/// pg_stat_activity every ~50 ms: zero failed transactions, and PostgreSQL saw at least
+/// one and never more than `pool_size` connections from Weir.
+fn pgbench_within_pool_size(pool_size: u32, extra: &[(&str, &str)], args: &[&str]) {
     let pg = PgServer::start();
     pg.create_user("app", "x", "md5");
     pgbench_direct(&pg, "postgres", "app", &["-i", "-s", "1", "-q"]).assert_ok();
-    let weir = Weir::for_pg(&pg)
+    let mut builder = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
-        .set("default_pool_size", 5)
-        .set("max_client_conn", 500)
-        .start();
+        .set("default_pool_size", pool_size)
+        .set("max_client_conn", 500);
+    for (k, v) in extra {
+        builder = builder.set(k, *v);
+    }
+    let weir = builder.start();
     let sampler = BackendSampler::start(&pg, "usename = 'app'");
-    let r = pgbench_via(
-        &weir,
-        "postgres",
-        "app",
-        &["-n", "-c", "100", "-j", "2", "-T", "3"],
-    );
+    let r = pgbench_via(&weir, "postgres", "app", args);
     let (max, samples) = sampler.stop();
     r.assert_clean();
     assert!(
@@ -128,38 +127,25 @@ fn transaction_mode_100_clients_use_at_most_default_pool_size_servers() {
         "never saw a server connection from weir in {samples} samples"
     );
     assert!(
-        max <= 5,
-        "PostgreSQL saw {max} connections from weir; default_pool_size is 5"
+        max <= pool_size as i64,
+        "PostgreSQL saw {max} connections from weir; default_pool_size is {pool_size}"
     );
+}
+
+/// Transaction mode, default_pool_size = 5, 100 clients: PostgreSQL never
+/// sees more than 5 connections from Weir.
+#[test]
+fn transaction_mode_100_clients_use_at_most_default_pool_size_servers() {
+    pgbench_within_pool_size(5, &[], &["-n", "-c", "100", "-j", "2", "-T", "3"]);
 }
 
 /// Same limit with a new client connection per transaction.
 #[test]
 fn transaction_mode_connect_per_transaction_uses_at_most_default_pool_size_servers() {
-    let pg = PgServer::start();
-    pg.create_user("app", "x", "md5");
-    pgbench_direct(&pg, "postgres", "app", &["-i", "-s", "1", "-q"]).assert_ok();
-    let weir = Weir::for_pg(&pg)
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", 5)
-        .set("max_client_conn", 500)
-        .start();
-    let sampler = BackendSampler::start(&pg, "usename = 'app'");
-    let r = pgbench_via(
-        &weir,
-        "postgres",
-        "app",
+    pgbench_within_pool_size(
+        5,
+        &[],
         &["-n", "-S", "-C", "-c", "100", "-j", "2", "-T", "3"],
-    );
-    let (max, samples) = sampler.stop();
-    r.assert_clean();
-    assert!(
-        max > 0,
-        "never saw a server connection from weir in {samples} samples"
-    );
-    assert!(
-        max <= 5,
-        "PostgreSQL saw {max} connections from weir; default_pool_size is 5"
     );
 }
 
@@ -186,27 +172,11 @@ fn psql_works_through_weir() {
 /// Several worker threads share one pool: servers opened on one worker are lent to
 /// clients on another (and re-registered there), with the pool size still global.
 fn multi_worker_case(protocol: &str, connect_per_tx: bool) {
-    let pg = PgServer::start();
-    pg.create_user("app", "x", "md5");
-    pgbench_direct(&pg, "postgres", "app", &["-i", "-s", "1", "-q"]).assert_ok();
-    let weir = Weir::for_pg(&pg)
-        .set("pool_mode", "transaction")
-        .set("workers", 3)
-        .set("default_pool_size", 4)
-        .set("max_client_conn", 500)
-        .start();
-    let sampler = BackendSampler::start(&pg, "usename = 'app'");
     let mut args = vec!["-n", "-c", "40", "-j", "2", "-T", "3", "-M", protocol];
     if connect_per_tx {
         args.push("-C");
     }
-    let r = pgbench_via(&weir, "postgres", "app", &args);
-    let (max, _) = sampler.stop();
-    r.assert_clean();
-    assert!(
-        max > 0 && max <= 4,
-        "PostgreSQL saw {max} connections from 3 workers; default_pool_size is 4"
-    );
+    pgbench_within_pool_size(4, &[("workers", "3")], &args);
 }
 
 #[test]
