@@ -497,7 +497,10 @@ impl BackendSampler {
                     .map_err(|e| format!("sampler connect: {e}"))?;
                 let stmt = client.prepare(&sql).await.map_err(|e| e.to_string())?;
                 let _ = ready_tx.send(());
-                while !s.load(Ordering::SeqCst) {
+                // A sample is always taken after stop is asked for, so a test
+                // that finishes within one interval still sees its backends.
+                loop {
+                    let stopping = s.load(Ordering::SeqCst);
                     let row = client
                         .query_one(&stmt, &[])
                         .await
@@ -505,6 +508,9 @@ impl BackendSampler {
                     let c: i64 = row.get(0);
                     m.fetch_max(c, Ordering::SeqCst);
                     n.fetch_add(1, Ordering::SeqCst);
+                    if stopping {
+                        break;
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Ok(())
