@@ -41,11 +41,15 @@ impl Drop for Listener {
     }
 }
 
-fn tcp_listener(
-    addr: SocketAddr,
-    g: &General,
-    reuse_port: bool,
-) -> std::io::Result<std::net::TcpListener> {
+/// A socket bound but not yet listening.
+struct Bound {
+    worker: usize,
+    socket: Socket,
+    /// Unix socket: the path, and whether this handle owns (removes) the file.
+    unix: Option<(PathBuf, bool)>,
+}
+
+fn tcp_socket(addr: SocketAddr, g: &General, reuse_port: bool) -> std::io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     if g.so_reuseport || reuse_port {
@@ -57,18 +61,24 @@ fn tcp_listener(
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(g.listen_backlog.min(i32::MAX as u32) as i32)?;
-    Ok(socket.into())
+    Ok(socket)
+}
+
+fn backlog(g: &General) -> i32 {
+    g.listen_backlog.min(i32::MAX as u32) as i32
 }
 
 /// Binds everything the configuration asks for, once per worker thread: each worker has
 /// its own TCP sockets (SO_REUSEPORT, so the kernel spreads new connections over the
 /// workers without waking them all) and a handle on the one Unix socket. Any failure is
 /// fatal at startup.
+///
+/// Every socket is bound first and only then set listening, the first address last: a
+/// supervisor (or a test) that sees the first address accept can rely on all the others
+/// accepting too.
 pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>, String> {
     let workers = workers.max(1);
-    let mut per_worker: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut any = false;
+    let mut bound: Vec<Bound> = Vec::new();
     let port = g.listen_port;
     for addr in &g.listen_addr {
         let addr = addr.trim();
@@ -94,8 +104,11 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
             let sa = SocketAddr::new(ip, port);
             if workers > 1 && !g.so_reuseport {
                 // SO_REUSEPORT would also let another process bind this port beside us and
-                // take half the connections: make sure nobody has it first.
-                if let Err(e) = tcp_listener(sa, g, false) {
+                // take half the connections: make sure nobody has it first. The probe is
+                // set listening too: a process bound with SO_REUSEPORT but not listening
+                // yet would not conflict with a mere bind.
+                let probe = tcp_socket(sa, g, false).and_then(|s| s.listen(1));
+                if let Err(e) = probe {
                     if addr == "*" && ip.is_ipv6() {
                         tracing::warn!("cannot listen on {sa}: {e}");
                         continue 'ips;
@@ -103,14 +116,15 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
                     return Err(format!("cannot listen on {sa}: {e}"));
                 }
             }
-            for (i, listeners) in per_worker.iter_mut().enumerate() {
-                match tcp_listener(sa, g, workers > 1) {
-                    Ok(l) => {
-                        listeners.push(StdListener::Tcp(l));
-                        any = true;
-                    }
+            for worker in 0..workers {
+                match tcp_socket(sa, g, workers > 1) {
+                    Ok(socket) => bound.push(Bound {
+                        worker,
+                        socket,
+                        unix: None,
+                    }),
                     // "*" on a host without IPv6 still serves IPv4.
-                    Err(e) if i == 0 && addr == "*" && ip.is_ipv6() => {
+                    Err(e) if worker == 0 && addr == "*" && ip.is_ipv6() => {
                         tracing::warn!("cannot listen on {sa}: {e}");
                         continue 'ips;
                     }
@@ -121,6 +135,7 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
     }
     if let Some(dir) = g.unix_socket_dir.as_deref().filter(|d| !d.is_empty()) {
         let path = PathBuf::from(dir).join(format!(".s.PGSQL.{port}"));
+        let fail = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
         if path.exists() {
             if std::os::unix::net::UnixStream::connect(&path).is_ok() {
                 return Err(format!(
@@ -130,25 +145,49 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
             }
             let _ = std::fs::remove_file(&path);
         }
-        let l = std::os::unix::net::UnixListener::bind(&path)
-            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
+        socket
+            .bind(&socket2::SockAddr::unix(&path).map_err(fail)?)
+            .map_err(fail)?;
+        socket.set_nonblocking(true).map_err(fail)?;
         let _ =
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(g.unix_socket_mode));
         if let Some(group) = g.unix_socket_group.as_deref().filter(|s| !s.is_empty()) {
             set_group(&path, group)?;
         }
-        for listeners in per_worker.iter_mut().skip(1) {
-            let clone = l
-                .try_clone()
-                .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-            listeners.push(StdListener::Unix(clone, None));
+        for worker in 1..workers {
+            let clone = socket.try_clone().map_err(fail)?;
+            bound.push(Bound {
+                worker,
+                socket: clone,
+                unix: Some((path.clone(), false)),
+            });
         }
-        per_worker[0].push(StdListener::Unix(l, Some(path)));
-        any = true;
+        bound.push(Bound {
+            worker: 0,
+            socket,
+            unix: Some((path, true)),
+        });
     }
-    if !any {
+    if bound.is_empty() {
         return Err("nothing to listen on: set listen_addr or unix_socket_dir".into());
+    }
+    let mut per_worker: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
+    for b in bound.into_iter().rev() {
+        let what = match &b.unix {
+            Some((path, _)) => path.display().to_string(),
+            None => format!(
+                "{:?}",
+                b.socket.local_addr().ok().and_then(|a| a.as_socket())
+            ),
+        };
+        b.socket
+            .listen(backlog(g))
+            .map_err(|e| format!("cannot listen on {what}: {e}"))?;
+        per_worker[b.worker].push(match b.unix {
+            Some((path, owner)) => StdListener::Unix(b.socket.into(), owner.then_some(path)),
+            None => StdListener::Tcp(b.socket.into()),
+        });
     }
     Ok(per_worker)
 }

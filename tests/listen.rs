@@ -23,7 +23,20 @@ async fn listens_on_unix_socket() {
         .port(weir.port())
         .user("postgres")
         .dbname("postgres");
-    assert_eq!(select_via(&cfg).await, "hello");
+    match connect_with(&cfg).await {
+        Ok(c) => assert_eq!(q1(&c, "select 'hello'").await, "hello"),
+        Err(e) => panic!(
+            "connect {sock:?}: {e:?}\nalive: {}\n{}\n{}",
+            std::path::Path::new(&format!("/proc/{}", weir.pid())).exists(),
+            std::fs::read_to_string("/proc/net/unix")
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("weir-test"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            weir.log_tail()
+        ),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
