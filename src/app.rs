@@ -33,12 +33,12 @@ impl Snapshot {
 
     /// The database entry a client's database name resolves to, with the name PostgreSQL
     /// should see: an explicit entry, else the `*` fallback under the client's own name.
-    pub fn resolve_database(&self, name: &str) -> Option<(&Database, String)> {
+    pub fn resolve_database<'a>(&'a self, name: &'a str) -> Option<(&'a Database, &'a str)> {
         let db = self
             .config
             .database(name)
             .or(self.config.fallback_database.as_ref())?;
-        Some((db, db.dbname.clone().unwrap_or_else(|| name.to_owned())))
+        Some((db, db.dbname.as_deref().unwrap_or(name)))
     }
 
     pub fn secret(&self, user: &str) -> Option<Secret> {
@@ -58,7 +58,8 @@ impl Snapshot {
 pub struct App {
     pub config_path: PathBuf,
     pub snapshot: ArcSwap<Snapshot>,
-    pools: Mutex<HashMap<(String, String), Arc<Pool>>>,
+    /// Database name, then server user: looked up with borrowed names at every login.
+    pools: Mutex<HashMap<String, HashMap<String, Arc<Pool>>>>,
     /// max_db_connections and max_user_connections, shared by the pools of a database or user.
     db_limits: Mutex<HashMap<String, Arc<Limit>>>,
     user_limits: Mutex<HashMap<String, Arc<Limit>>>,
@@ -85,15 +86,15 @@ impl App {
         })
     }
 
-    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Pool>>> {
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pool>>>> {
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The pool for a database entry and the user Weir logs in as, created on first use.
     pub fn pool(&self, snap: &Snapshot, db_name: &str, client_user: &str) -> Option<Arc<Pool>> {
         let (db, _) = snap.resolve_database(db_name)?;
-        let server_user = db.user.clone().unwrap_or_else(|| client_user.to_owned());
-        self.pool_as(snap, db_name, &server_user, client_user)
+        let server_user = db.user.as_deref().unwrap_or(client_user);
+        self.pool_as(snap, db_name, server_user, client_user)
     }
 
     /// The pool for a database entry and an explicit server user.
@@ -105,25 +106,27 @@ impl App {
         client_user: &str,
     ) -> Option<Arc<Pool>> {
         let (db, server_db) = snap.resolve_database(db_name)?;
-        let server_user = server_user.to_owned();
-        let key = (db_name.to_owned(), server_user.clone());
         let mut pools = self.pools();
-        if let Some(p) = pools.get(&key) {
+        if let Some(p) = pools.get(db_name).and_then(|users| users.get(server_user)) {
             return Some(p.clone());
         }
+        let server_user = server_user.to_owned();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let limits = self.limits(snap, db_name, db, &server_user);
         let settings = pool_settings(
             snap,
             db,
-            &server_db,
+            server_db,
             &server_user,
             client_user,
             generation,
             limits,
         );
-        let pool = Pool::new(db_name.to_owned(), server_user, settings);
-        pools.insert(key, pool.clone());
+        let pool = Pool::new(db_name.to_owned(), server_user.clone(), settings);
+        pools
+            .entry(db_name.to_owned())
+            .or_default()
+            .insert(server_user, pool.clone());
         Some(pool)
     }
 
@@ -155,13 +158,17 @@ impl App {
 
     /// Every pool, for the admin console and metrics.
     pub fn all_pools(&self) -> Vec<Arc<Pool>> {
-        self.pools().values().cloned().collect()
+        self.pools()
+            .values()
+            .flat_map(|u| u.values())
+            .cloned()
+            .collect()
     }
 
     /// Swaps in a reloaded configuration. Pools keep their servers unless the way to reach
     /// them changed; pools whose database is gone keep serving their current clients.
     pub fn apply(&self, snap: Snapshot) {
-        let pools: Vec<_> = self.pools().values().cloned().collect();
+        let pools = self.all_pools();
         for pool in pools {
             let Some((db, server_db)) = snap.resolve_database(&pool.database) else {
                 continue;
@@ -171,7 +178,7 @@ impl App {
             let mut settings = pool_settings(
                 &snap,
                 db,
-                &server_db,
+                server_db,
                 &pool.user,
                 &pool.user,
                 old.target.generation,

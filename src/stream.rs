@@ -23,6 +23,22 @@ impl Stream {
         }
     }
 
+    /// Reads what has already arrived, with one recv and without waiting for a readiness
+    /// event. A socket just accepted has no readiness recorded yet, so an ordinary read
+    /// would first go round the event loop even though (TCP_DEFER_ACCEPT) the startup
+    /// packet is already there.
+    pub fn read_arrived(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        buf.reserve(512);
+        let spare = buf.spare_capacity_mut();
+        let n = match self {
+            Stream::Tcp(s) => socket2::SockRef::from(s).recv(spare)?,
+            Stream::Unix(s) => socket2::SockRef::from(s).recv(spare)?,
+        };
+        // SAFETY: recv initialised the first n bytes of the spare capacity.
+        unsafe { buf.set_len(buf.len() + n) };
+        Ok(n)
+    }
+
     /// Moves the socket's registration to the current thread's runtime. A server
     /// connection registered where it was opened would otherwise have every readiness
     /// event of the client now using it cross threads.
@@ -41,27 +57,39 @@ impl Stream {
         }
     }
 
-    pub fn local_label(&self) -> String {
+    /// Our end of the connection.
+    pub fn local(&self) -> Endpoint {
         match self {
-            Stream::Tcp(s) => s
-                .local_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|_| "?".into()),
-            Stream::Unix(s) => s
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
-                .unwrap_or_else(|| "unix".into()),
+            Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
+            Stream::Unix(_) => Endpoint::Unix,
         }
     }
 
-    pub fn peer_label(&self) -> String {
+    /// The client's end.
+    pub fn peer(&self) -> Endpoint {
         match self {
-            Stream::Tcp(s) => s
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|_| "?".into()),
-            Stream::Unix(_) => "unix".into(),
+            Stream::Tcp(s) => s.peer_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
+            Stream::Unix(_) => Endpoint::Unix,
+        }
+    }
+}
+
+/// One end of a client connection, kept as an address and formatted only when shown: a
+/// client that connects for one transaction should not pay for two strings it never shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(std::net::SocketAddr),
+    Unix,
+    /// The socket could not tell (it was already closed).
+    Unknown,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => a.fmt(f),
+            Endpoint::Unix => f.write_str("unix"),
+            Endpoint::Unknown => f.write_str("?"),
         }
     }
 }

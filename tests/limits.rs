@@ -76,16 +76,43 @@ fn client_login_timeout_during_authentication() {
 }
 
 /// A client that connects and sends nothing at all is disconnected after
-/// client_login_timeout.
+/// client_login_timeout (once accepted: without tcp_defer_accept, at once).
 #[test]
 fn client_login_timeout_silent_client_is_disconnected() {
     let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg).set("client_login_timeout", 1).start();
+    let weir = Weir::for_pg(&pg)
+        .set("client_login_timeout", 1)
+        .set("tcp_defer_accept", 0)
+        .start();
     let mut c = RawConn::connect(weir.port());
     match c.error_or_eof() {
         None => {}
         Some(f) => assert_eq!(f.code, "08P01", "{f:?}"),
     }
+}
+
+/// tcp_defer_accept (on by default on Linux, as in PgBouncer): a connection is taken
+/// only once its first bytes arrive, so a silent one is not even timed out yet, and it
+/// logs in normally when it speaks.
+#[test]
+fn tcp_defer_accept_takes_a_connection_when_it_speaks() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("client_login_timeout", 1).start();
+    let mut c = RawConn::connect(weir.port());
+    c.set_read_timeout(Duration::from_millis(2500));
+    match c.read_byte() {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::WouldBlock
+                || e.kind() == std::io::ErrorKind::TimedOut => {}
+        other => panic!("a silent connection was accepted and ended: {other:?}"),
+    }
+    c.set_read_timeout(TIMEOUT);
+    c.send(&proto::startup_message(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+    ]));
+    c.finish_login();
+    assert_eq!(c.query_one("select 1"), "1");
 }
 
 /// query_wait_timeout: a client waiting too long for a server gets FATAL

@@ -99,8 +99,8 @@ pub async fn serve(app: Arc<App>, mut stream: Stream, mut inbuf: BytesMut, login
     period::start(&app);
     let handle = SessionHandle::register(
         &login.user,
-        &stream.peer_label(),
-        &stream.local_label(),
+        stream.peer(),
+        stream.local(),
         login.requested.get("application_name").unwrap_or(""),
     );
     let console = Console {

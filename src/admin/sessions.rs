@@ -1,6 +1,7 @@
 //! Console sessions, listed by SHOW CLIENTS (as PgBouncer lists its admin pool's clients)
 //! and reachable by KILL_CLIENT.
 
+use crate::stream::Endpoint;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
@@ -12,8 +13,8 @@ pub struct AdminSession {
     /// Also the pid of the BackendKeyData the session was given, and its SHOW CLIENTS id.
     pub id: u32,
     pub user: String,
-    pub peer: String,
-    pub local: String,
+    pub peer: Endpoint,
+    pub local: Endpoint,
     pub application_name: String,
     pub connect_time: u64,
     request_time: AtomicU64,
@@ -50,15 +51,20 @@ static SESSIONS: LazyLock<Registry<u32, AdminSession>> = LazyLock::new(Registry:
 pub struct SessionHandle(pub Arc<AdminSession>);
 
 impl SessionHandle {
-    pub fn register(user: &str, peer: &str, local: &str, application_name: &str) -> SessionHandle {
+    pub fn register(
+        user: &str,
+        peer: Endpoint,
+        local: Endpoint,
+        application_name: &str,
+    ) -> SessionHandle {
         let now = now_micros();
         SessionHandle(SESSIONS.insert_with(
             || rand::random::<u32>() & 0x7fff_ffff | 1,
             |id| AdminSession {
                 id,
                 user: user.to_owned(),
-                peer: peer.to_owned(),
-                local: local.to_owned(),
+                peer,
+                local,
                 application_name: application_name.to_owned(),
                 connect_time: now,
                 request_time: AtomicU64::new(now),

@@ -4,6 +4,7 @@
 //! command returns its columns with the rows that are true for Weir (often none, or zero
 //! counts), and values Weir cannot know are NULL rather than made up.
 
+use crate::stream::Endpoint;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -44,16 +45,11 @@ pub fn format_time(micros: u64) -> String {
 }
 
 /// "host:port" / "[v6]:port" / "unix" into PgBouncer's addr and port columns.
-fn split_addr(label: &str, unix_port: u16) -> (Value, Value) {
-    if label == "unix" || label.starts_with('/') {
-        return (text("unix"), int(unix_port));
-    }
-    match label.rsplit_once(':') {
-        Some((host, port)) => (
-            text(host.trim_start_matches('[').trim_end_matches(']')),
-            port.parse::<u16>().ok().map(|p| p.to_string()),
-        ),
-        None => (text(label), NULL),
+fn split_addr(end: Endpoint, unix_port: u16) -> (Value, Value) {
+    match end {
+        Endpoint::Tcp(a) => (text(a.ip().to_string()), int(a.port())),
+        Endpoint::Unix => (text("unix"), int(unix_port)),
+        Endpoint::Unknown => (text("?"), NULL),
     }
 }
 
@@ -448,8 +444,8 @@ fn client_state(c: &ClientInfo) -> &'static str {
 }
 
 fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<Value> {
-    let (addr, port) = split_addr(&c.peer, ctx.listen_port);
-    let (laddr, lport) = split_addr(&c.local, ctx.listen_port);
+    let (addr, port) = split_addr(c.peer, ctx.listen_port);
+    let (laddr, lport) = split_addr(c.local, ctx.listen_port);
     let wait = c
         .wait_since()
         .filter(|_| c.state() == ClientState::Waiting)
@@ -494,8 +490,8 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
 
 /// A console session, as PgBouncer shows its admin pool's clients.
 fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>) -> Vec<Value> {
-    let (addr, port) = split_addr(&a.peer, ctx.listen_port);
-    let (laddr, lport) = split_addr(&a.local, ctx.listen_port);
+    let (addr, port) = split_addr(a.peer, ctx.listen_port);
+    let (laddr, lport) = split_addr(a.local, ctx.listen_port);
     vec![
         text("C"),
         text(&a.user),

@@ -85,9 +85,9 @@ pub async fn login(
     app: &App,
     stream: &mut Stream,
     buf: &mut BytesMut,
-    peer: &str,
+    peer: crate::stream::Endpoint,
 ) -> Result<Outcome, Box<Refusal>> {
-    let (minor, params) = loop {
+    let (minor, payload) = loop {
         let payload = match read_startup_packet(stream, buf, MAX_STARTUP_PACKET).await {
             Ok(p) => p,
             Err(ReadError::Closed) => return Ok(Outcome::Gone),
@@ -109,7 +109,7 @@ pub async fn login(
                 crate::cancel::forward(BackendKey { pid, secret }).await;
                 return Ok(Outcome::Cancel);
             }
-            Ok(StartupPacket::Startup { minor, params, .. }) => break (minor, params),
+            Ok(StartupPacket::Startup { minor, .. }) => break (minor, payload),
             Err(startup::StartupError::Malformed) => {
                 return Err(PgError::fatal("08P01", "bad startup packet").into());
             }
@@ -124,14 +124,14 @@ pub async fn login(
     let mut database = None;
     let mut requested = ParamSet::default();
     let mut unsupported_options = Vec::new();
-    for (name, value) in params {
-        match name.as_str() {
-            "user" => user = Some(value),
-            "database" => database = Some(value),
-            n if n.starts_with("_pq_.") => unsupported_options.push(name),
+    for (name, value) in startup::params(&payload) {
+        match name {
+            "user" => user = Some(value.to_owned()),
+            "database" => database = Some(value.to_owned()),
+            n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
             n => {
                 if let Some(tracked) = tracked_name(n) {
-                    requested.set(tracked, &value);
+                    requested.set(tracked, value);
                 } else if !snap
                     .config
                     .general

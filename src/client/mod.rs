@@ -2,6 +2,7 @@
 
 pub mod login;
 mod relay;
+pub mod welcome;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +26,7 @@ use crate::stats::Delta;
 use crate::stream::Stream;
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
+use welcome::Welcome;
 
 /// Set once by a safe shutdown (SIGINT, SHUTDOWN WAIT_FOR_SERVERS). Sessions read it at
 /// their own pace; each is woken through its own `stop` notify, so no client polls a
@@ -154,10 +156,13 @@ pub async fn serve(app: Arc<App>, stream: Stream) {
 /// request, gone, or an admin console session, served to its end).
 async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)> {
     let count = ClientCount::new(app);
-    let peer = stream.peer_label();
+    let peer = stream.peer();
     let mut inbuf = BytesMut::new();
+    if matches!(stream.read_arrived(&mut inbuf), Ok(0)) {
+        return None;
+    }
     let login_timeout = app.snapshot.load().config.general.client_login_timeout;
-    let attempt = login::login(app, &mut stream, &mut inbuf, &peer);
+    let attempt = login::login(app, &mut stream, &mut inbuf, peer);
     let outcome = if login_timeout.is_zero() {
         attempt.await
     } else {
@@ -196,8 +201,8 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
     let handle = ClientHandle::register(
         &user,
         &database,
-        &peer,
-        &stream.local_label(),
+        peer,
+        stream.local(),
         requested.get("application_name").unwrap_or(""),
     );
     pool.clients.fetch_add(1, Ordering::Relaxed);
@@ -591,29 +596,16 @@ impl Session {
             Some(w) => w,
             None => {
                 let l = Box::pin(pool.checkout(scram_keys, true)).await?;
-                let params = Arc::new(l.params.clone());
+                let welcome = Arc::new(Welcome::new(l.params.clone()));
                 lease = Some(l);
-                params
+                welcome
             }
         };
         // AuthenticationOk, then the server's parameters with the client's own values where
         // it asked for some, the key and ReadyForQuery: one write.
         let mut out = BytesMut::with_capacity(512);
         messages::auth_request(&mut out, messages::AUTH_OK, &[]);
-        let mut show = |k: &str, v: &str, wanted: &mut ParamSet| {
-            messages::parameter_status(&mut out, k, v);
-            if crate::params::tracked_name(k).is_some() {
-                wanted.set(k, v);
-            }
-        };
-        for (k, v) in welcome.iter() {
-            show(k, requested.get(k).unwrap_or(v), &mut self.wanted);
-        }
-        for (k, v) in requested.iter() {
-            if welcome.get(k).is_none() {
-                show(k, v, &mut self.wanted);
-            }
-        }
+        self.wanted = welcome.write(&requested, &mut out);
         let key = self.client.0.key;
         messages::backend_key_data(&mut out, key.pid, key.secret);
         messages::ready_for_query(&mut out, b'I');

@@ -80,7 +80,9 @@ impl Pool {
                         let mut st = self.lock();
                         st.last_login_failure = None;
                         if st.welcome.is_none() {
-                            st.welcome = Some(Arc::new(conn.params.clone()));
+                            st.welcome = Some(Arc::new(crate::client::welcome::Welcome::new(
+                                conn.params.clone(),
+                            )));
                         }
                     }
                     slot.fill(conn).release();

@@ -9,6 +9,7 @@ mod janitor;
 mod lease;
 mod limit;
 
+use crate::client::welcome::Welcome;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +18,6 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::sync::oneshot;
 
-use crate::params::ParamSet;
 use crate::protocol::PgError;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 
@@ -75,7 +75,7 @@ struct PoolState {
     /// Slots being connected (counted in `total` too).
     connecting: usize,
     waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
-    welcome: Option<Arc<ParamSet>>,
+    welcome: Option<Arc<Welcome>>,
     last_login_failure: Option<(Instant, PgError)>,
     /// Keys of the last client that logged in with SCRAM, for connections opened with no
     /// client at hand (min_pool_size) when the auth_file has no plaintext password.
@@ -152,7 +152,7 @@ impl Pool {
     }
 
     /// The parameters a new client is shown, from the first server this pool opened.
-    pub fn welcome(&self) -> Option<Arc<ParamSet>> {
+    pub fn welcome(&self) -> Option<Arc<Welcome>> {
         self.lock().welcome.clone()
     }
 
@@ -366,7 +366,7 @@ impl Pool {
             Ok(conn) => {
                 st.last_login_failure = None;
                 if st.welcome.is_none() {
-                    st.welcome = Some(Arc::new(conn.params.clone()));
+                    st.welcome = Some(Arc::new(Welcome::new(conn.params.clone())));
                 }
                 drop(st);
                 tracing::debug!(server = ?conn, db = %self.database, user = %self.user, "new server connection");

@@ -11,10 +11,10 @@ pub enum StartupPacket {
         pid: u32,
         secret: u32,
     },
+    /// Its parameters are read with `params`, borrowed from the packet.
     Startup {
         major: u16,
         minor: u16,
-        params: Vec<(String, String)>,
     },
 }
 
@@ -48,36 +48,51 @@ pub fn parse(payload: &[u8]) -> Result<StartupPacket, StartupError> {
             if major != 3 {
                 return Err(StartupError::UnsupportedVersion(major, minor));
             }
-            Ok(StartupPacket::Startup {
-                major,
-                minor,
-                params: parse_params(&payload[4..])?,
-            })
+            // Checked here, so that `params` can trust the packet.
+            for p in Params(&payload[4..]) {
+                p?;
+            }
+            Ok(StartupPacket::Startup { major, minor })
         }
     }
 }
 
-fn parse_params(mut data: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
-    let mut params = Vec::new();
-    loop {
-        let name = take_cstr(&mut data)?;
-        if name.is_empty() {
-            break;
-        }
-        let value = take_cstr(&mut data)?;
-        params.push((name, value));
-    }
-    Ok(params)
+/// The name/value pairs of a StartupMessage that `parse` accepted (malformed ones are
+/// skipped), borrowed: a client logging in should not pay for a dozen small strings.
+pub fn params(payload: &[u8]) -> impl Iterator<Item = (&str, &str)> {
+    Params(payload.get(4..).unwrap_or_default()).map_while(Result::ok)
 }
 
-fn take_cstr(data: &mut &[u8]) -> Result<String, StartupError> {
+struct Params<'a>(&'a [u8]);
+
+impl<'a> Iterator for Params<'a> {
+    type Item = Result<(&'a str, &'a str), StartupError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let pair = (|| {
+            let name = take_cstr(&mut self.0)?;
+            if name.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some((name, take_cstr(&mut self.0)?)))
+        })();
+        match pair {
+            Ok(Some(p)) => Some(Ok(p)),
+            Ok(None) => None,
+            Err(e) => {
+                self.0 = &[];
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+fn take_cstr<'a>(data: &mut &'a [u8]) -> Result<&'a str, StartupError> {
     let end = data
         .iter()
         .position(|b| *b == 0)
         .ok_or(StartupError::Malformed)?;
-    let s = std::str::from_utf8(&data[..end])
-        .map_err(|_| StartupError::Malformed)?
-        .to_owned();
+    let s = std::str::from_utf8(&data[..end]).map_err(|_| StartupError::Malformed)?;
     *data = &data[end + 1..];
     Ok(s)
 }
@@ -90,16 +105,10 @@ mod tests {
     fn parses_startup_params() {
         let mut p = 196_608u32.to_be_bytes().to_vec();
         p.extend_from_slice(b"user\0bob\0database\0db\0\0");
+        assert_eq!(parse(&p), Ok(StartupPacket::Startup { major: 3, minor: 0 }));
         assert_eq!(
-            parse(&p),
-            Ok(StartupPacket::Startup {
-                major: 3,
-                minor: 0,
-                params: vec![
-                    ("user".into(), "bob".into()),
-                    ("database".into(), "db".into())
-                ]
-            })
+            params(&p).collect::<Vec<_>>(),
+            vec![("user", "bob"), ("database", "db")]
         );
     }
 

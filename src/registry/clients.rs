@@ -7,6 +7,7 @@ use tokio::sync::Notify;
 
 use super::{now_micros, Registry};
 use crate::server::{BackendKey, ServerAddr};
+use crate::stream::Endpoint;
 
 pub static CLIENTS: LazyLock<Registry<u32, ClientInfo>> = LazyLock::new(Registry::new);
 
@@ -34,8 +35,8 @@ pub struct ClientInfo {
     pub key: BackendKey,
     pub user: String,
     pub database: String,
-    pub peer: String,
-    pub local: String,
+    pub peer: Endpoint,
+    pub local: Endpoint,
     pub application_name: String,
     pub connect_time: u64,
     state: AtomicU8,
@@ -124,8 +125,8 @@ impl ClientHandle {
     pub fn register(
         user: &str,
         database: &str,
-        peer: &str,
-        local: &str,
+        peer: Endpoint,
+        local: Endpoint,
         application_name: &str,
     ) -> ClientHandle {
         let info = CLIENTS.insert_with(
@@ -138,8 +139,8 @@ impl ClientHandle {
                 },
                 user: user.to_owned(),
                 database: database.to_owned(),
-                peer: peer.to_owned(),
-                local: local.to_owned(),
+                peer,
+                local,
                 application_name: application_name.to_owned(),
                 connect_time: now_micros(),
                 state: AtomicU8::new(ClientState::Idle as u8),

@@ -254,6 +254,20 @@ impl RawConn {
         let mut params = vec![("user", user), ("database", db)];
         params.extend_from_slice(extra);
         c.send(&startup_message(&params));
+        c.answer_login(password)?;
+        Ok(c)
+    }
+
+    /// Reads the server's side of a login after the startup message was sent, up to
+    /// ReadyForQuery; trust auth only.
+    pub fn finish_login(&mut self) {
+        if let Err(e) = self.answer_login(None) {
+            panic!("login failed: {e:?}");
+        }
+    }
+
+    fn answer_login(&mut self, password: Option<&str>) -> Result<(), ErrorFields> {
+        let c = self;
         loop {
             let m = c.read_message_or_panic("startup");
             match m.tag {
@@ -279,7 +293,7 @@ impl RawConn {
                     c.key = Some((pid, key));
                 }
                 b'E' => return Err(parse_error(&m.body)),
-                b'Z' => return Ok(c),
+                b'Z' => return Ok(()),
                 _ => {}
             }
         }

@@ -61,6 +61,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "syslog",
     "syslog_facility",
     "syslog_ident",
+    "tcp_defer_accept",
     "tcp_keepalive",
     "tcp_keepcnt",
     "tcp_keepidle",
