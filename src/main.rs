@@ -157,6 +157,7 @@ async fn serve(
         tracing::error!("cannot install signal handlers");
         return ExitCode::FAILURE;
     };
+    workers::set_main_runtime(tokio::runtime::Handle::current());
     let app = App::new(config_path, snap);
     admin::start(&app);
     if let Some(l) = http {

@@ -23,6 +23,30 @@ pub fn current() -> usize {
     CURRENT.with(Cell::get)
 }
 
+static MAIN_RUNTIME: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+
+/// Records the main thread's runtime, for `spawn_background`.
+pub fn set_main_runtime(handle: tokio::runtime::Handle) {
+    let _ = MAIN_RUNTIME.set(handle);
+}
+
+/// Runs periodic housekeeping on the main thread. A timer on a worker would make every
+/// one of that worker's trips through its event loop look at the timer wheel, on the
+/// path of every client it serves.
+pub fn spawn_background<F>(future: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match MAIN_RUNTIME.get() {
+        Some(main) => {
+            main.spawn(future);
+        }
+        None => {
+            tokio::spawn(future);
+        }
+    }
+}
+
 pub fn start(app: &Arc<App>, per_worker: Vec<Vec<StdListener>>) -> io::Result<()> {
     for (i, listeners) in per_worker.into_iter().enumerate() {
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::futures::Notified;
 use weir_auth::scram::Credential;
 
 use crate::app::App;
@@ -38,7 +37,7 @@ static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 pub fn begin_shutdown() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
     for client in crate::registry::clients::CLIENTS.snapshot() {
-        client.stop.notify_one();
+        client.stop();
     }
 }
 
@@ -289,9 +288,6 @@ impl Session {
     /// rare steps (welcome, errors, closing) live in boxed futures: this one is part of
     /// every client's task, and only the common steps should size it.
     async fn run(&mut self, requested: ParamSet) -> String {
-        let info = self.client.0.clone();
-        let stop = info.stop.notified();
-        tokio::pin!(stop);
         let mut lease = match Box::pin(self.welcome(requested)).await {
             Ok(l) => l,
             Err(e) => return Box::pin(self.refuse(e)).await,
@@ -299,13 +295,13 @@ impl Session {
         loop {
             let held = match lease.take() {
                 Some(l) => l,
-                None => match self.next_server(&mut stop).await {
+                None => match self.next_server().await {
                     Ok(Some(l)) => l,
                     Ok(None) => continue,
                     Err(reason) => return reason,
                 },
             };
-            if let Some(reason) = self.transaction(held, &mut stop).await {
+            if let Some(reason) = self.transaction(held).await {
                 return reason;
             }
         }
@@ -313,14 +309,11 @@ impl Session {
 
     /// Waits for the client's next request and a server to run it on. Ok(None): the
     /// request was answered without one (cancelled while queued).
-    async fn next_server(
-        &mut self,
-        stop: &mut Pin<&mut Notified<'_>>,
-    ) -> Result<Option<Lease>, String> {
+    async fn next_server(&mut self) -> Result<Option<Lease>, String> {
         if !self.flush_client().await {
             return Err("client unexpected eof".into());
         }
-        let error = match self.await_message(stop).await {
+        let error = match self.await_message().await {
             Wake::Message => match self.acquire().await {
                 Ok(l) => return Ok(Some(l)),
                 Err(Some(e)) if e.severity == "ERROR" => {
@@ -339,11 +332,7 @@ impl Session {
 
     /// Lends `held` to the client for one transaction (for the whole session in session
     /// mode) and gives it back. Some(reason) when the session ends.
-    async fn transaction(
-        &mut self,
-        mut held: Lease,
-        stop: &mut Pin<&mut Notified<'_>>,
-    ) -> Option<String> {
+    async fn transaction(&mut self, mut held: Lease) -> Option<String> {
         if held.adopt().is_err() {
             let e = PgError::fatal("08006", "server conn crashed?");
             return Some(Box::pin(self.refuse(e)).await);
@@ -353,7 +342,7 @@ impl Session {
         }
         self.exchange = Exchange::fresh();
         self.lend(&held);
-        let event = self.relay(&mut held, stop).await;
+        let event = self.relay(&mut held).await;
         self.client.0.set_idle();
         held.info.0.set_idle();
         match event {
@@ -483,7 +472,8 @@ impl Session {
     }
 
     /// Waits, without a server, until the client has sent the header of its next message.
-    async fn await_message(&mut self, stop: &mut Pin<&mut Notified<'_>>) -> Wake {
+    async fn await_message(&mut self) -> Wake {
+        let info = self.client.0.clone();
         loop {
             if self.inbuf.len() >= crate::protocol::HEADER_LEN {
                 return if self.inbuf[0] == b'X' {
@@ -503,7 +493,7 @@ impl Session {
                 .client_idle
                 .map(|d| Box::pin(tokio::time::sleep(d)));
             tokio::select! {
-                _ = stop.as_mut() => {}
+                _ = info.stopped() => {}
                 r = self.read_more() => match r {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use bytes::Buf;
 use tokio::io::AsyncWrite;
-use tokio::sync::futures::Notified;
 use tokio_util::io::poll_read_buf;
 
 use super::Session;
@@ -79,20 +78,11 @@ impl Session {
             && self.sframe.scanned() == self.outbuf.len()
     }
 
-    pub async fn relay(
-        &mut self,
-        server: &mut ServerConn,
-        stop: &mut Pin<&mut Notified<'_>>,
-    ) -> Event {
+    pub async fn relay(&mut self, server: &mut ServerConn) -> Event {
         self.exchange.answered = false;
-        // The client's stop notify is polled once, to register this task's waker (it does
-        // not change between polls); a shutdown then wakes the task, which reads the flag.
-        let mut stop_registered = false;
+        // A safe shutdown wakes the task through the client's signals (registered by
+        // `Session::main` at every poll); the relay only reads the flag.
         std::future::poll_fn(|cx| {
-            if !stop_registered {
-                let _ = stop.as_mut().poll(cx);
-                stop_registered = true;
-            }
             if !self.shutting_down
                 && super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed)
             {

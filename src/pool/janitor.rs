@@ -11,7 +11,7 @@ const PERIOD: Duration = Duration::from_secs(1);
 
 pub(super) fn spawn(pool: &Arc<Pool>) {
     let weak = Arc::downgrade(pool);
-    tokio::spawn(async move {
+    crate::workers::spawn_background(async move {
         let mut tick = tokio::time::interval(PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -3,6 +3,9 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
+use std::task::{Context, Poll};
+
+use atomic_waker::AtomicWaker;
 use tokio::sync::Notify;
 
 use super::{now_micros, Registry};
@@ -30,6 +33,9 @@ pub struct CancelTarget {
     pub server_id: u64,
 }
 
+pub const STOP: u8 = 1;
+pub const KILL: u8 = 2;
+
 #[derive(Debug)]
 pub struct ClientInfo {
     pub key: BackendKey,
@@ -45,13 +51,11 @@ pub struct ClientInfo {
     link: Mutex<Option<CancelTarget>>,
     /// Woken by a cancel request that finds the client waiting in a queue.
     pub cancel_wait: Notify,
-    /// Woken at a safe shutdown, so an idle client leaves now and a busy one after its
-    /// transaction.
-    pub stop: Notify,
-    /// Woken by the admin console (KILL, KILL_CLIENT): the session task ends the client.
-    /// A Notify, not a CancellationToken: it lives inline, where a token allocates a tree
-    /// node for every client.
-    kill: Notify,
+    /// STOP and KILL, set by a safe shutdown and by the admin console; they stay set.
+    signals: AtomicU8,
+    /// The client's task, woken when a signal is set. Registering is a compare-and-swap,
+    /// cheap enough for every poll of the task; a Notify locked a mutex each time.
+    waker: AtomicWaker,
     kill_reason: OnceLock<&'static str>,
 }
 
@@ -83,17 +87,48 @@ impl ClientInfo {
     /// Asks the client's session to disconnect it, telling it `reason`.
     pub fn kill(&self, reason: &'static str) {
         let _ = self.kill_reason.set(reason);
-        self.kill.notify_one();
+        self.raise(KILL);
+    }
+
+    /// A safe shutdown began: the session leaves when it holds no server in a transaction.
+    pub fn stop(&self) {
+        self.raise(STOP);
+    }
+
+    fn raise(&self, signal: u8) {
+        self.signals.fetch_or(signal, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// Registers the polling task for wake-ups and returns the signals set so far. Only
+    /// the client's own task polls this.
+    pub fn poll_signals(&self, cx: &mut Context<'_>) -> u8 {
+        self.waker.register(cx.waker());
+        self.signals.load(Ordering::Acquire)
     }
 
     /// Resolves once the client was killed, with the reason to tell it.
     pub async fn killed(&self) -> &'static str {
-        loop {
-            if let Some(reason) = self.kill_reason.get() {
-                return reason;
+        std::future::poll_fn(|cx| {
+            if self.poll_signals(cx) & KILL != 0 {
+                Poll::Ready(self.kill_reason.get().copied().unwrap_or("killed"))
+            } else {
+                Poll::Pending
             }
-            self.kill.notified().await;
-        }
+        })
+        .await
+    }
+
+    /// Resolves once a safe shutdown has begun.
+    pub async fn stopped(&self) {
+        std::future::poll_fn(|cx| {
+            if self.poll_signals(cx) & STOP != 0 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     pub fn set_waiting(&self) {
@@ -148,8 +183,8 @@ impl ClientHandle {
                 wait_since: AtomicU64::new(0),
                 link: Mutex::new(None),
                 cancel_wait: Notify::new(),
-                stop: Notify::new(),
-                kill: Notify::new(),
+                signals: AtomicU8::new(0),
+                waker: AtomicWaker::new(),
                 kill_reason: OnceLock::new(),
             },
         );
