@@ -20,7 +20,7 @@ pub async fn forward(key: BackendKey) {
     };
     let Some(target) = client.link() else {
         if client.state() == ClientState::Waiting {
-            client.cancel_wait.notify_one();
+            client.raise(crate::registry::clients::CANCEL);
         }
         return;
     };

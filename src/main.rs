@@ -160,6 +160,14 @@ async fn serve(
     workers::set_main_runtime(tokio::runtime::Handle::current());
     let app = App::new(config_path, snap);
     admin::start(&app);
+    tokio::spawn(async {
+        // Granularity of query_wait_notify and query_wait_timeout.
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            registry::clients::enforce_waits();
+        }
+    });
     if let Some(l) = http {
         if let Err(e) = metrics_http::start(&app, l) {
             tracing::error!("cannot serve http_listen: {e}");

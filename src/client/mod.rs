@@ -20,7 +20,7 @@ use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
 use crate::protocol::messages::{self, quote_literal};
 use crate::protocol::PgError;
-use crate::registry::clients::{CancelTarget, ClientHandle};
+use crate::registry::clients::{CancelTarget, ClientHandle, CANCEL, WAIT_NOTIFY, WAIT_TIMEOUT};
 use crate::stats::Delta;
 use crate::stream::Stream;
 use login::{LoggedIn, Outcome};
@@ -70,7 +70,8 @@ pub struct Session {
     sframe: Framer,
     mode: PoolMode,
     /// The session parameters the client believes it has; servers are made to agree.
-    wanted: ParamSet,
+    /// Shared with the other clients that have the same (copied on change).
+    wanted: Arc<ParamSet>,
     max_packet: usize,
     exchange: Exchange,
     shutting_down: bool,
@@ -89,9 +90,8 @@ pub struct Session {
     /// server_fast_close: in session mode, give up a server whose connection settings a
     /// reload changed as soon as its transaction ends.
     fast_close: bool,
-    scram_keys: Option<Credential>,
-    /// "db/user@peer", for the log.
-    who: String,
+    /// Only for SCRAM logins; boxed, since most clients have none.
+    scram_keys: Option<Box<Credential>>,
     log_disconnections: bool,
     /// Held for their Drop: the client's places in the global, per-pool and per-db/user
     /// client counts.
@@ -102,35 +102,67 @@ pub struct Session {
     ),
 }
 
-/// The client-side timeouts of PgBouncer; None where disabled.
+/// The client-side timeouts of PgBouncer, in milliseconds, 0 where disabled: every
+/// client carries them for its whole life, so they are kept small.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timeouts {
-    pub client_idle: Option<Duration>,
-    pub idle_transaction: Option<Duration>,
-    pub query: Option<Duration>,
-    pub transaction: Option<Duration>,
-    pub query_wait_notify: Option<Duration>,
+    client_idle: u32,
+    idle_transaction: u32,
+    query: u32,
+    transaction: u32,
+    query_wait_notify: u32,
 }
 
 impl Timeouts {
     fn from_config(g: &weir_config::General, user: Option<&weir_config::User>) -> Timeouts {
-        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        // A nonzero timeout never rounds down to "disabled".
+        let ms = |d: Duration| {
+            if d.is_zero() {
+                0
+            } else {
+                d.as_millis().clamp(1, u32::MAX.into()) as u32
+            }
+        };
         // A per-user value in [users] wins over the global one; 0 disables.
         let pick = |per_user: fn(&weir_config::User) -> Option<Duration>, global: Duration| {
-            nonzero(user.and_then(per_user).unwrap_or(global))
+            ms(user.and_then(per_user).unwrap_or(global))
         };
         Timeouts {
             client_idle: pick(|u| u.client_idle_timeout, g.client_idle_timeout),
             idle_transaction: pick(|u| u.idle_transaction_timeout, g.idle_transaction_timeout),
             query: pick(|u| u.query_timeout, g.query_timeout),
             transaction: pick(|u| u.transaction_timeout, g.transaction_timeout),
-            query_wait_notify: nonzero(g.query_wait_notify),
+            query_wait_notify: ms(g.query_wait_notify),
         }
+    }
+
+    fn get(ms: u32) -> Option<Duration> {
+        (ms != 0).then(|| Duration::from_millis(ms.into()))
+    }
+
+    pub fn client_idle(&self) -> Option<Duration> {
+        Self::get(self.client_idle)
+    }
+
+    pub fn idle_transaction(&self) -> Option<Duration> {
+        Self::get(self.idle_transaction)
+    }
+
+    pub fn query(&self) -> Option<Duration> {
+        Self::get(self.query)
+    }
+
+    pub fn transaction(&self) -> Option<Duration> {
+        Self::get(self.transaction)
+    }
+
+    pub fn query_wait_notify(&self) -> Option<Duration> {
+        Self::get(self.query_wait_notify)
     }
 
     /// True when the relay has a deadline to watch at all.
     pub fn relay_has_any(&self) -> bool {
-        self.idle_transaction.is_some() || self.query.is_some() || self.transaction.is_some()
+        self.idle_transaction != 0 || self.query != 0 || self.transaction != 0
     }
 }
 
@@ -220,7 +252,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
         outbuf: BytesMut::new(),
         sframe: Framer::default(),
         mode,
-        wanted: ParamSet::default(),
+        wanted: Arc::default(),
         // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the client
         // a clear error instead of a server that hangs up.
         max_packet: (general.max_packet_size as usize).min(relay::MAX_MESSAGE),
@@ -236,12 +268,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
         timer: None,
         armed: None,
         fast_close: general.server_fast_close,
-        scram_keys,
-        who: if general.log_disconnections {
-            format!("{database}/{user}@{peer}")
-        } else {
-            String::new()
-        },
+        scram_keys: scram_keys.map(Box::new),
         log_disconnections: general.log_disconnections,
         _counts: (count, member, _slots),
     };
@@ -262,7 +289,13 @@ impl Session {
         };
         self.flush_stats();
         if self.log_disconnections {
-            tracing::info!("{} closing because: {reason}", self.who);
+            let c = &self.client.0;
+            tracing::info!(
+                "{}/{}@{} closing because: {reason}",
+                c.database,
+                c.user,
+                c.peer
+            );
         }
     }
 }
@@ -490,7 +523,7 @@ impl Session {
             // should not carry one it does not need.
             let idle_limit = self
                 .timeouts
-                .client_idle
+                .client_idle()
                 .map(|d| Box::pin(tokio::time::sleep(d)));
             tokio::select! {
                 _ = info.stopped() => {}
@@ -512,7 +545,7 @@ impl Session {
             return Ok(lease);
         }
         let pool = self.pool.clone();
-        let keys = self.scram_keys.clone();
+        let keys = self.scram_keys.as_deref().cloned();
         Box::pin(self.wait_for_server(&pool, &keys)).await
     }
 
@@ -523,30 +556,36 @@ impl Session {
         pool: &Arc<Pool>,
         keys: &Option<Credential>,
     ) -> Result<Lease, Option<PgError>> {
-        self.client.0.set_waiting();
+        // query_wait_notify and query_wait_timeout are the janitor's (see
+        // registry::clients::enforce_waits): a waiting client arms no timer of its own.
+        let notify_after = self.timeouts.query_wait_notify();
+        let give_up_after = Some(pool.settings().query_wait_timeout).filter(|d| !d.is_zero());
+        self.client.0.set_waiting(notify_after, give_up_after);
         let started = Instant::now();
         let checkout = pool.checkout(keys.clone(), false);
         tokio::pin!(checkout);
-        let notify =
-            tokio::time::sleep(self.timeouts.query_wait_notify.unwrap_or(Duration::MAX / 4));
-        tokio::pin!(notify);
-        let mut notified = self.timeouts.query_wait_notify.is_none();
         let me = self.client.0.clone();
+        let waited = |limit: Option<Duration>| limit.is_some_and(|d| started.elapsed() >= d);
         loop {
             tokio::select! {
-                _ = me.cancel_wait.notified() => {
-                    me.set_idle();
-                    return Err(Some(PgError::error("57014", "canceling statement due to user request")));
-                }
-                _ = &mut notify, if !notified => {
-                    notified = true;
-                    let notice = messages::notice_response(&PgError::new(
-                        "NOTICE",
-                        "00000",
-                        "No server connection available in postgres backend, client being queued",
-                    ));
-                    if self.stream.write_all(&notice).await.is_err() {
-                        return Err(None);
+                signals = me.wait_signals() => {
+                    if signals & CANCEL != 0 {
+                        me.set_idle();
+                        return Err(Some(PgError::error("57014", "canceling statement due to user request")));
+                    }
+                    if signals & WAIT_TIMEOUT != 0 && waited(give_up_after) {
+                        me.set_idle();
+                        return Err(Some(pool.wait_failure()));
+                    }
+                    if signals & WAIT_NOTIFY != 0 && waited(notify_after) {
+                        let notice = messages::notice_response(&PgError::new(
+                            "NOTICE",
+                            "00000",
+                            "No server connection available in postgres backend, client being queued",
+                        ));
+                        if self.stream.write_all(&notice).await.is_err() {
+                            return Err(None);
+                        }
                     }
                 }
                 r = &mut checkout => {
@@ -580,7 +619,7 @@ impl Session {
     /// from the pool's first server (one is opened now if there is none yet).
     async fn welcome(&mut self, requested: ParamSet) -> Result<Option<Lease>, PgError> {
         let pool = self.pool.clone();
-        let scram_keys = self.scram_keys.clone();
+        let scram_keys = self.scram_keys.as_deref().cloned();
         let mut lease = None;
         let welcome = match pool.welcome() {
             Some(w) => w,
@@ -632,6 +671,13 @@ impl Session {
 
     /// Makes the server's session parameters match what the client believes it has.
     async fn sync_params(&self, lease: &mut Lease) -> Result<(), PgError> {
+        if lease
+            .synced_to
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted))
+        {
+            return Ok(());
+        }
         let mut sql = String::new();
         for (name, value) in self.wanted.iter() {
             if lease.params.get(name) != Some(value) {
@@ -639,6 +685,7 @@ impl Session {
             }
         }
         if sql.is_empty() {
+            lease.synced_to = Some(self.wanted.clone());
             return Ok(());
         }
         lease

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -189,15 +190,15 @@ impl Session {
             }
         };
         if x.pending > 0 {
-            if let (Some(q), Some(start)) = (t.query, self.query_started) {
+            if let (Some(q), Some(start)) = (t.query(), self.query_started) {
                 consider(start + q, "57014", "query_timeout");
             }
         } else if x.status != b'I' {
-            if let Some(it) = t.idle_transaction {
+            if let Some(it) = t.idle_transaction() {
                 consider(self.idle_since + it, "25P03", "idle transaction timeout");
             }
         }
-        if let (Some(tt), Some(start)) = (t.transaction, self.xact_started) {
+        if let (Some(tt), Some(start)) = (t.transaction(), self.xact_started) {
             consider(start + tt, "25P04", "transaction timeout");
         }
         best
@@ -307,9 +308,12 @@ impl Session {
                     }
                 }
                 b'S' => {
+                    server.synced_to = None;
                     if let Some(name) = server.params.apply_status(&self.outbuf[body]) {
                         if let Some(value) = server.params.get(name) {
-                            self.wanted.set(name, value);
+                            if self.wanted.get(name) != Some(value) {
+                                Arc::make_mut(&mut self.wanted).set(name, value);
+                            }
                         }
                     }
                 }

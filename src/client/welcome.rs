@@ -1,6 +1,8 @@
 //! What a client is shown once logged in: the server's session parameters, as
 //! ParameterStatus messages encoded once per pool rather than once per login.
 
+use std::sync::{Arc, Mutex};
+
 use bytes::{Bytes, BytesMut};
 
 use crate::params::{tracked_name, ParamSet};
@@ -13,8 +15,15 @@ pub struct Welcome {
     /// Where each of those messages ends in `wire`.
     ends: Vec<usize>,
     /// The tracked parameters among them: a new client's starting point.
-    tracked: ParamSet,
+    tracked: Arc<ParamSet>,
+    /// The distinct sets clients ended up with after asking for their own values at
+    /// startup (most ask for the same few, e.g. one application_name): shared, not copied
+    /// into every client.
+    interned: Mutex<Vec<Arc<ParamSet>>>,
 }
+
+/// Beyond this many distinct sets, clients get their own copy.
+const MAX_INTERNED: usize = 64;
 
 impl Welcome {
     pub fn new(params: ParamSet) -> Welcome {
@@ -32,18 +41,19 @@ impl Welcome {
             params,
             wire: wire.freeze(),
             ends,
-            tracked,
+            tracked: Arc::new(tracked),
+            interned: Mutex::new(Vec::new()),
         }
     }
 
     /// Writes the ParameterStatus messages of a welcome (the client's own value where it
     /// asked for one at startup) and returns the tracked parameters the client now has.
-    pub fn write(&self, requested: &ParamSet, out: &mut BytesMut) -> ParamSet {
-        let mut wanted = self.tracked.clone();
+    pub fn write(&self, requested: &ParamSet, out: &mut BytesMut) -> Arc<ParamSet> {
         if requested.is_empty() {
             out.extend_from_slice(&self.wire);
-            return wanted;
+            return self.tracked.clone();
         }
+        let mut wanted = (*self.tracked).clone();
         let mut start = 0;
         for ((k, v), &end) in self.params.iter().zip(&self.ends) {
             match requested.get(k) {
@@ -60,7 +70,19 @@ impl Welcome {
         for (k, v) in requested.iter() {
             wanted.set(k, v);
         }
-        wanted
+        self.intern(wanted)
+    }
+
+    fn intern(&self, set: ParamSet) -> Arc<ParamSet> {
+        let mut interned = self.interned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(shared) = interned.iter().find(|s| ***s == set) {
+            return shared.clone();
+        }
+        let set = Arc::new(set);
+        if interned.len() < MAX_INTERNED {
+            interned.push(set.clone());
+        }
+        set
     }
 }
 
@@ -117,5 +139,8 @@ mod tests {
         assert_eq!(wanted.get("application_name"), Some("app"));
         assert_eq!(wanted.get("DateStyle"), Some("ISO, DMY"));
         assert_eq!(wanted.get("TimeZone"), Some("UTC"));
+        // A second client asking the same shares the set.
+        let again = w.write(&requested, &mut BytesMut::new());
+        assert!(Arc::ptr_eq(&wanted, &again));
     }
 }

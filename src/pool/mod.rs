@@ -198,18 +198,13 @@ impl Pool {
                         // Room was made: the eviction's release hands it to the first waiter.
                         tracing::debug!(db = %self.database, "closed an idle server of another pool to stay within a shared limit");
                     }
+                    let give_up = for_login && !settings.query_wait_timeout.is_zero();
                     match self
-                        .wait(&mut waiting, &settings, started, &mut reserve)
+                        .wait(&mut waiting, &settings, started, give_up, &mut reserve)
                         .await
                     {
                         Some(g) => g,
-                        None => {
-                            let last = self.lock().last_login_failure.clone();
-                            return Err(match last {
-                                Some((_, e)) => e,
-                                None => PgError::fatal("08P01", "query_wait_timeout"),
-                            });
-                        }
+                        None => return Err(self.wait_failure()),
                     }
                 }
             };
@@ -267,18 +262,19 @@ impl Pool {
         self.lock().scram = Some(keys.clone());
     }
 
-    /// Waits in the queue. Returns None at query_wait_timeout. At reserve_pool_timeout a
-    /// waiter may take a reserve slot, keeping its place otherwise.
+    /// Waits in the queue. Returns None at query_wait_timeout when `give_up` (clients'
+    /// waits are timed by the janitor instead). At reserve_pool_timeout a waiter may take a
+    /// reserve slot, keeping its place otherwise.
     async fn wait(
         &self,
         waiting: &mut lease::Waiting,
         settings: &PoolSettings,
         started: Instant,
+        give_up: bool,
         reserve: &mut bool,
     ) -> Option<Grant> {
         loop {
-            let give_up = (!settings.query_wait_timeout.is_zero())
-                .then(|| started + settings.query_wait_timeout);
+            let give_up = give_up.then(|| started + settings.query_wait_timeout);
             let try_reserve = (settings.reserve_pool_size > 0 && !*reserve)
                 .then(|| started + settings.reserve_pool_timeout);
             let wake = match (give_up, try_reserve) {
@@ -310,6 +306,15 @@ impl Pool {
             let (tx, rx) = oneshot::channel();
             self.lock().waiters.push_front((started, tx));
             *waiting.rx() = rx;
+        }
+    }
+
+    /// What a client that waited query_wait_timeout is told: why the last server login
+    /// failed, if one did, else the timeout itself.
+    pub fn wait_failure(&self) -> PgError {
+        match self.lock().last_login_failure.clone() {
+            Some((_, e)) => e,
+            None => PgError::fatal("08P01", "query_wait_timeout"),
         }
     }
 

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
-use tokio::sync::Notify;
 
 use super::{now_micros, Registry};
 use crate::server::{BackendKey, ServerAddr};
@@ -35,6 +35,14 @@ pub struct CancelTarget {
 
 pub const STOP: u8 = 1;
 pub const KILL: u8 = 2;
+/// A cancel request arrived while the client waited in a pool's queue.
+pub const CANCEL: u8 = 4;
+/// The client has waited query_wait_notify: it is told it is queued.
+pub const WAIT_NOTIFY: u8 = 8;
+/// The client has waited query_wait_timeout.
+pub const WAIT_TIMEOUT: u8 = 16;
+/// The signals of one wait in a queue, cleared when the next wait begins.
+const WAIT_SIGNALS: u8 = CANCEL | WAIT_NOTIFY | WAIT_TIMEOUT;
 
 #[derive(Debug)]
 pub struct ClientInfo {
@@ -49,8 +57,12 @@ pub struct ClientInfo {
     request_time: AtomicU64,
     wait_since: AtomicU64,
     link: Mutex<Option<CancelTarget>>,
-    /// Woken by a cancel request that finds the client waiting in a queue.
-    pub cancel_wait: Notify,
+    /// While waiting in a queue: when (microseconds, 0 for never) the janitor raises
+    /// WAIT_NOTIFY and WAIT_TIMEOUT. The queue's timeouts cost a client no timer of its
+    /// own; `enforce_waits` looks at every waiting client a few times a second, as
+    /// PgBouncer's janitor does.
+    notify_at: AtomicU64,
+    give_up_at: AtomicU64,
     /// STOP and KILL, set by a safe shutdown and by the admin console; they stay set.
     signals: AtomicU8,
     /// The client's task, woken when a signal is set. Registering is a compare-and-swap,
@@ -95,7 +107,7 @@ impl ClientInfo {
         self.raise(STOP);
     }
 
-    fn raise(&self, signal: u8) {
+    pub fn raise(&self, signal: u8) {
         self.signals.fetch_or(signal, Ordering::AcqRel);
         self.waker.wake();
     }
@@ -119,6 +131,27 @@ impl ClientInfo {
         .await
     }
 
+    fn end_wait(&self) {
+        if self.wait_since.load(Ordering::Relaxed) != 0 {
+            self.notify_at.store(0, Ordering::Relaxed);
+            self.give_up_at.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Resolves with the signals of the current wait in a queue (CANCEL, WAIT_NOTIFY,
+    /// WAIT_TIMEOUT), clearing them.
+    pub async fn wait_signals(&self) -> u8 {
+        std::future::poll_fn(|cx| {
+            let bits = self.poll_signals(cx) & WAIT_SIGNALS;
+            if bits == 0 {
+                return Poll::Pending;
+            }
+            self.signals.fetch_and(!bits, Ordering::AcqRel);
+            Poll::Ready(bits)
+        })
+        .await
+    }
+
     /// Resolves once a safe shutdown has begun.
     pub async fn stopped(&self) {
         std::future::poll_fn(|cx| {
@@ -131,8 +164,14 @@ impl ClientInfo {
         .await
     }
 
-    pub fn set_waiting(&self) {
+    /// The client starts waiting in a queue; the janitor signals it after `notify` and
+    /// after `give_up`, when set.
+    pub fn set_waiting(&self, notify: Option<Duration>, give_up: Option<Duration>) {
         let now = now_micros();
+        let at = |d: Option<Duration>| d.map_or(0, |d| now.saturating_add(d.as_micros() as u64));
+        self.signals.fetch_and(!WAIT_SIGNALS, Ordering::AcqRel);
+        self.notify_at.store(at(notify), Ordering::Relaxed);
+        self.give_up_at.store(at(give_up), Ordering::Relaxed);
         self.request_time.store(now, Ordering::Relaxed);
         self.wait_since.store(now, Ordering::Relaxed);
         self.state
@@ -141,6 +180,7 @@ impl ClientInfo {
 
     pub fn set_active(&self, target: CancelTarget) {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+        self.end_wait();
         self.wait_since.store(0, Ordering::Relaxed);
         self.state
             .store(ClientState::Active as u8, Ordering::Relaxed);
@@ -148,6 +188,7 @@ impl ClientInfo {
 
     pub fn set_idle(&self) {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.end_wait();
         self.wait_since.store(0, Ordering::Relaxed);
         self.state.store(ClientState::Idle as u8, Ordering::Relaxed);
     }
@@ -182,7 +223,8 @@ impl ClientHandle {
                 request_time: AtomicU64::new(0),
                 wait_since: AtomicU64::new(0),
                 link: Mutex::new(None),
-                cancel_wait: Notify::new(),
+                notify_at: AtomicU64::new(0),
+                give_up_at: AtomicU64::new(0),
                 signals: AtomicU8::new(0),
                 waker: AtomicWaker::new(),
                 kill_reason: OnceLock::new(),
@@ -202,4 +244,28 @@ impl Drop for ClientHandle {
 pub fn by_cancel_key(key: BackendKey) -> Option<Arc<ClientInfo>> {
     let client = CLIENTS.get(key.pid)?;
     (client.key.secret == key.secret).then_some(client)
+}
+
+/// Signals every client that has waited in a queue past query_wait_notify or
+/// query_wait_timeout. Each deadline is taken (swapped to 0) before its signal is raised,
+/// so it fires once; a client that has meanwhile moved on to another wait checks the time
+/// itself before acting on a signal.
+pub fn enforce_waits() {
+    let now = now_micros();
+    CLIENTS.for_each(|c| {
+        if c.state() != ClientState::Waiting {
+            return;
+        }
+        for (deadline, signal) in [(&c.notify_at, WAIT_NOTIFY), (&c.give_up_at, WAIT_TIMEOUT)] {
+            let at = deadline.load(Ordering::Relaxed);
+            if at != 0
+                && now >= at
+                && deadline
+                    .compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                c.raise(signal);
+            }
+        }
+    });
 }

@@ -52,6 +52,13 @@ impl<K: Eq + Hash + Copy, T> Registry<K, T> {
         self.lock().remove(&key);
     }
 
+    /// Visits every entry under the lock: for a quick look at each, without copying.
+    pub fn for_each(&self, mut f: impl FnMut(&T)) {
+        for v in self.lock().values() {
+            f(v);
+        }
+    }
+
     /// A copy of every entry, for listing without holding the lock.
     pub fn snapshot(&self) -> Vec<Arc<T>> {
         self.lock().values().cloned().collect()

@@ -224,6 +224,7 @@ async fn connect_inner(
         info,
         stream,
         params: server_params,
+        synced_to: None,
         key,
         addr: std::sync::Arc::new(target.addr.clone()),
         created: now,

@@ -51,6 +51,10 @@ pub struct ServerConn {
     pub stream: Stream,
     /// What the server has reported with ParameterStatus, kept current while it is lent.
     pub params: ParamSet,
+    /// The client parameter set `params` was last found to agree with; cleared whenever
+    /// the server reports a parameter. Clients share their sets (client::welcome), so a
+    /// lend to a client with the same set skips comparing them.
+    pub synced_to: Option<Arc<ParamSet>>,
     pub key: BackendKey,
     /// Shared: every lend copies it into the client's cancel target.
     pub addr: Arc<ServerAddr>,
@@ -88,6 +92,7 @@ impl ServerConn {
             info,
             stream,
             params,
+            synced_to,
             key,
             addr,
             home: _,
@@ -100,6 +105,7 @@ impl ServerConn {
             info,
             stream: stream.rebind()?,
             params,
+            synced_to,
             key,
             addr,
             home: here,
@@ -150,6 +156,7 @@ impl ServerConn {
                     }
                     b'S' => {
                         self.params.apply_status(&msg.body);
+                        self.synced_to = None;
                     }
                     _ => {}
                 }
