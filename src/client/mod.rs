@@ -72,7 +72,7 @@ pub struct Session {
     /// The session parameters the client believes it has; servers are made to agree.
     /// Shared with the other clients that have the same (copied on change).
     wanted: Arc<ParamSet>,
-    max_packet: usize,
+    max_packet: u32,
     exchange: Exchange,
     shutting_down: bool,
     client: ClientHandle,
@@ -86,7 +86,6 @@ pub struct Session {
     timeouts: Timeouts,
     /// One timer, re-armed as the deadline that matters changes.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    armed: Option<Instant>,
     /// server_fast_close: in session mode, give up a server whose connection settings a
     /// reload changed as soon as its transaction ends.
     fast_close: bool,
@@ -95,11 +94,9 @@ pub struct Session {
     log_disconnections: bool,
     /// Held for their Drop: the client's places in the global, per-pool and per-db/user
     /// client counts.
-    _counts: (
-        ClientCount,
-        PoolMember,
-        (Option<ClientSlot>, Option<ClientSlot>),
-    ),
+    _counts: (ClientCount, PoolMember, Option<Box<ClientSlots>>),
+    /// What the client asked for at startup, until the welcome has used it.
+    requested: ParamSet,
 }
 
 /// The client-side timeouts of PgBouncer, in milliseconds, 0 where disabled: every
@@ -166,6 +163,10 @@ impl Timeouts {
     }
 }
 
+/// The client's places under max_db_client_connections and max_user_client_connections,
+/// boxed: most configurations set neither, and every client carries the field.
+type ClientSlots = (Option<ClientSlot>, Option<ClientSlot>);
+
 /// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
 struct PoolMember(Arc<Pool>);
 
@@ -177,15 +178,15 @@ impl Drop for PoolMember {
 
 pub async fn serve(app: Arc<App>, stream: Stream) {
     // Boxed: logging in is large and short-lived; it must not size every client's task.
-    let Some((mut session, requested)) = Box::pin(start(&app, stream)).await else {
+    let Some(mut session) = Box::pin(start(&app, stream)).await else {
         return;
     };
-    session.main(requested).await;
+    session.main().await;
 }
 
 /// Logs the client in and sets up its session; None when it ends here (refused, a cancel
 /// request, gone, or an admin console session, served to its end).
-async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)> {
+async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
     let count = ClientCount::new(app);
     let peer = stream.peer();
     let mut inbuf = BytesMut::new();
@@ -255,7 +256,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
         wanted: Arc::default(),
         // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the client
         // a clear error instead of a server that hangs up.
-        max_packet: (general.max_packet_size as usize).min(relay::MAX_MESSAGE),
+        max_packet: general.max_packet_size.min(relay::MAX_MESSAGE as u32),
         exchange: Exchange::fresh(),
         shutting_down: false,
         client: handle,
@@ -266,22 +267,26 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<(Session, ParamSet)
         idle_since: Instant::now(),
         timeouts: Timeouts::from_config(general, snap.config.users.get(&user)),
         timer: None,
-        armed: None,
         fast_close: general.server_fast_close,
         scram_keys: scram_keys.map(Box::new),
         log_disconnections: general.log_disconnections,
-        _counts: (count, member, _slots),
+        requested,
+        _counts: (
+            count,
+            member,
+            (_slots.0.is_some() || _slots.1.is_some()).then(|| Box::new(_slots)),
+        ),
     };
-    Some((session, requested))
+    Some(session)
 }
 
 impl Session {
     /// Runs the session to its end, and a KILL from the admin console ends it whatever it
     /// was doing (a lent server is closed with it).
-    async fn main(&mut self, requested: ParamSet) {
+    async fn main(&mut self) {
         let info = self.client.0.clone();
         let reason = tokio::select! {
-            r = self.run(requested) => r,
+            r = self.run() => r,
             why = info.killed() => {
                 refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
                 why.to_owned()
@@ -320,8 +325,8 @@ impl Session {
     /// Serves a logged-in client until it leaves; returns why it ended, for the log. The
     /// rare steps (welcome, errors, closing) live in boxed futures: this one is part of
     /// every client's task, and only the common steps should size it.
-    async fn run(&mut self, requested: ParamSet) -> String {
-        let mut lease = match Box::pin(self.welcome(requested)).await {
+    async fn run(&mut self) -> String {
+        let mut lease = match Box::pin(self.welcome()).await {
             Ok(l) => l,
             Err(e) => return Box::pin(self.refuse(e)).await,
         };
@@ -440,7 +445,7 @@ impl Session {
         loop {
             let mut framer = Framer::default();
             let mut end = None;
-            while let Ok(Some(f)) = framer.next(&self.inbuf, self.max_packet, |_| true) {
+            while let Ok(Some(f)) = framer.next(&self.inbuf, self.max_packet as usize, |_| true) {
                 if matches!(f.tag, b'Q' | b'S') {
                     end = Some(framer.scanned());
                     break;
@@ -617,7 +622,8 @@ impl Session {
 
     /// Sends the client the parameters and key that end its login. The parameters come
     /// from the pool's first server (one is opened now if there is none yet).
-    async fn welcome(&mut self, requested: ParamSet) -> Result<Option<Lease>, PgError> {
+    async fn welcome(&mut self) -> Result<Option<Lease>, PgError> {
+        let requested = std::mem::take(&mut self.requested);
         let pool = self.pool.clone();
         let scram_keys = self.scram_keys.as_deref().cloned();
         let mut lease = None;

@@ -207,12 +207,12 @@ impl Session {
     /// Arms the timer for the current deadline; returns the error when it has passed.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<PgError> {
         let (at, err) = self.deadline()?;
+        let at = tokio::time::Instant::from_std(at);
         let timer = self
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.into())));
-        if self.armed != Some(at) {
-            timer.as_mut().reset(at.into());
-            self.armed = Some(at);
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if timer.deadline() != at {
+            timer.as_mut().reset(at);
         }
         timer.as_mut().poll(cx).is_ready().then_some(err)
     }
@@ -222,7 +222,10 @@ impl Session {
             return Ok(());
         }
         loop {
-            let frame = match self.cframe.next(&self.inbuf, self.max_packet, |_| false) {
+            let frame = match self
+                .cframe
+                .next(&self.inbuf, self.max_packet as usize, |_| false)
+            {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
                 Err(FrameError::TooLarge(_)) => {
