@@ -8,6 +8,7 @@ mod cancel;
 mod cli;
 mod client;
 mod client_limits;
+mod fd_limit;
 mod listener;
 mod logging;
 mod metrics_http;
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let fds = fd_limit::raise(&snap.config);
     // Bind before daemonizing so that a port in use is reported to the terminal.
     let workers = match g.workers {
         0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
@@ -115,6 +117,22 @@ fn main() -> ExitCode {
     }
     for notice in &snap.config.notices {
         tracing::warn!("{notice}");
+    }
+    if let Some(f) = fds {
+        tracing::info!(
+            "kernel file descriptor limit: {} (hard: {}); max_client_conn: {}, max expected fd use: {}",
+            f.soft,
+            f.hard,
+            g.max_client_conn,
+            f.expected
+        );
+        if f.soft < f.expected {
+            tracing::warn!(
+                "the file descriptor limit ({}) is below the expected use ({}): raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+                f.soft,
+                f.expected
+            );
+        }
     }
     // The main thread's runtime handles signals, the admin console's timers and the
     // metrics endpoint; clients live on the worker threads (see `workers`).

@@ -325,3 +325,56 @@ async fn database_pool_size_overrides_default_pool_size() {
         others.push(c);
     }
 }
+
+/// A shell's soft limit on open files (here 256) does not cap max_client_conn: Weir
+/// raises it to the hard limit at startup and logs the figures, as PgBouncer does.
+#[test]
+fn open_files_soft_limit_is_raised_to_the_hard_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct passed.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    if lim.rlim_max < 1000 {
+        eprintln!("skipped: hard limit on open files is only {}", lim.rlim_max);
+        return;
+    }
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("max_client_conn", 1000)
+        .nofile_soft_limit(256)
+        .start();
+    let mut clients: Vec<RawConn> = (0..300)
+        .map(|i| {
+            RawConn::startup(weir.port(), "postgres", "postgres", &[])
+                .unwrap_or_else(|e| panic!("client {i} refused: {e:?}"))
+        })
+        .collect();
+    for c in clients.iter_mut().step_by(60) {
+        assert_eq!(c.query_one("select 1"), "1");
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", weir.pid())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        open_files[0], open_files[1],
+        "soft limit not raised: {limits}"
+    );
+    let log = std::fs::read_to_string(weir.dir().join("stderr.log")).unwrap_or_default()
+        + &std::fs::read_to_string(weir.dir().join("weir.log")).unwrap_or_default();
+    assert!(
+        log.contains(&format!(
+            "kernel file descriptor limit: {} (hard: {})",
+            lim.rlim_max, lim.rlim_max
+        )),
+        "no file descriptor line in the log:\n{}",
+        weir.log_tail()
+    );
+}

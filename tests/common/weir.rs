@@ -31,6 +31,8 @@ pub struct WeirBuilder {
     userlist: Option<Vec<(String, String)>>,
     args: Vec<String>,
     extra: String,
+    /// Start weir with this soft RLIMIT_NOFILE (the hard limit is left as it is).
+    nofile_soft: Option<u64>,
 }
 
 impl WeirBuilder {
@@ -42,6 +44,12 @@ impl WeirBuilder {
     pub fn database(mut self, name: &str, connstr: &str) -> Self {
         self.databases.retain(|(n, _)| n != name);
         self.databases.push((name.into(), connstr.into()));
+        self
+    }
+
+    /// Starts weir with a low soft limit on open files, as a shell's `ulimit -n` would.
+    pub fn nofile_soft_limit(mut self, n: u64) -> Self {
+        self.nofile_soft = Some(n);
         self
     }
 
@@ -178,7 +186,24 @@ impl WeirBuilder {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let port = free_port();
         let ini = self.write(dir.path(), port);
-        let child = weir_command()
+        let mut cmd = weir_command();
+        if let Some(soft) = self.nofile_soft {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only async-signal-safe calls between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .args(&self.args)
             .arg(&ini)
             .stdout(Stdio::from(
