@@ -63,7 +63,8 @@ pub struct ClientInfo {
     /// PgBouncer's janitor does.
     notify_at: AtomicU64,
     give_up_at: AtomicU64,
-    /// STOP and KILL, set by a safe shutdown and by the admin console; they stay set.
+    /// STOP and KILL (set by a safe shutdown and by the admin console; they stay set) and
+    /// the signals of the current wait in a queue (cleared as they are taken).
     signals: AtomicU8,
     /// The client's task, woken when a signal is set. Registering is a compare-and-swap,
     /// cheap enough for every poll of the task; a Notify locked a mutex each time.
@@ -119,16 +120,19 @@ impl ClientInfo {
         self.signals.load(Ordering::Acquire)
     }
 
-    /// Resolves once the client was killed, with the reason to tell it.
-    pub async fn killed(&self) -> &'static str {
-        std::future::poll_fn(|cx| {
-            if self.poll_signals(cx) & KILL != 0 {
-                Poll::Ready(self.kill_reason.get().copied().unwrap_or("killed"))
-            } else {
-                Poll::Pending
-            }
+    /// Resolves with those of the signals in `mask` that are set.
+    async fn any_of(&self, mask: u8) -> u8 {
+        std::future::poll_fn(|cx| match self.poll_signals(cx) & mask {
+            0 => Poll::Pending,
+            bits => Poll::Ready(bits),
         })
         .await
+    }
+
+    /// Resolves once the client was killed, with the reason to tell it.
+    pub async fn killed(&self) -> &'static str {
+        self.any_of(KILL).await;
+        self.kill_reason.get().copied().unwrap_or("killed")
     }
 
     fn end_wait(&self) {
@@ -141,27 +145,14 @@ impl ClientInfo {
     /// Resolves with the signals of the current wait in a queue (CANCEL, WAIT_NOTIFY,
     /// WAIT_TIMEOUT), clearing them.
     pub async fn wait_signals(&self) -> u8 {
-        std::future::poll_fn(|cx| {
-            let bits = self.poll_signals(cx) & WAIT_SIGNALS;
-            if bits == 0 {
-                return Poll::Pending;
-            }
-            self.signals.fetch_and(!bits, Ordering::AcqRel);
-            Poll::Ready(bits)
-        })
-        .await
+        let bits = self.any_of(WAIT_SIGNALS).await;
+        self.signals.fetch_and(!bits, Ordering::AcqRel);
+        bits
     }
 
     /// Resolves once a safe shutdown has begun.
     pub async fn stopped(&self) {
-        std::future::poll_fn(|cx| {
-            if self.poll_signals(cx) & STOP != 0 {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await
+        self.any_of(STOP).await;
     }
 
     /// The client starts waiting in a queue; the janitor signals it after `notify` and
