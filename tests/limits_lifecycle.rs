@@ -354,37 +354,18 @@ fn max_db_client_connections_refuses_extra_clients() {
             &format!("{} max_db_client_connections=2", pg.connstr()),
         )
         .start();
-    let mut held = vec![
+    let held = vec![
         login(&weir, "limited", "app"),
         login(&weir, "limited", "app2"),
     ];
-    let e = RawConn::startup(weir.port(), "app", "limited", &[])
-        .err()
-        .expect("a 3rd client was accepted with max_db_client_connections=2");
-    assert_eq!(
-        fields(&e),
-        (
-            "FATAL",
-            "53300",
-            "no more connections allowed (max_db_client_connections)"
-        )
-    );
     // Another database is not limited.
-    let mut other = login(&weir, "postgres", "app");
-    assert_eq!(other.query_one("select 1"), "1");
-    for c in &mut held {
-        assert_eq!(c.query_one("select 1"), "1");
-    }
-    drop(held.pop());
-    assert!(
-        eventually(TIMEOUT, || RawConn::startup(
-            weir.port(),
-            "app",
-            "limited",
-            &[]
-        )
-        .is_ok()),
-        "no client accepted after one of two left"
+    let other = login(&weir, "postgres", "app");
+    assert_limit_of_two(
+        &weir,
+        held,
+        ("limited", "app"),
+        "max_db_client_connections",
+        other,
     );
 }
 
@@ -396,33 +377,41 @@ fn max_user_client_connections_refuses_extra_clients() {
         .database("db2", &pg.connstr())
         .user_setting("app", "max_user_client_connections=2")
         .start();
-    let mut held = vec![login(&weir, "postgres", "app"), login(&weir, "db2", "app")];
-    let e = RawConn::startup(weir.port(), "app", "postgres", &[])
-        .err()
-        .expect("a 3rd client was accepted with max_user_client_connections=2");
-    assert_eq!(
-        fields(&e),
-        (
-            "FATAL",
-            "53300",
-            "no more connections allowed (max_user_client_connections)"
-        )
-    );
+    let held = vec![login(&weir, "postgres", "app"), login(&weir, "db2", "app")];
     // Another user is not limited.
-    let mut other = login(&weir, "postgres", "app2");
+    let other = login(&weir, "postgres", "app2");
+    assert_limit_of_two(
+        &weir,
+        held,
+        ("postgres", "app"),
+        "max_user_client_connections",
+        other,
+    );
+}
+
+/// With a client limit of 2 full (`held`), a third client to `db` as `user` is refused
+/// with 53300 naming `limit`; `other`, outside the limit, and the held clients are still
+/// served; once one leaves, a new client gets in.
+fn assert_limit_of_two(
+    weir: &Weir,
+    mut held: Vec<RawConn>,
+    (db, user): (&str, &str),
+    limit: &str,
+    mut other: RawConn,
+) {
+    let e = RawConn::startup(weir.port(), user, db, &[])
+        .err()
+        .unwrap_or_else(|| panic!("a 3rd client was accepted with {limit}=2"));
+    let message = format!("no more connections allowed ({limit})");
+    assert_eq!(fields(&e), ("FATAL", "53300", message.as_str()));
     assert_eq!(other.query_one("select 1"), "1");
     for c in &mut held {
         assert_eq!(c.query_one("select 1"), "1");
     }
     drop(held.pop());
     assert!(
-        eventually(TIMEOUT, || RawConn::startup(
-            weir.port(),
-            "app",
-            "postgres",
-            &[]
-        )
-        .is_ok()),
+        eventually(TIMEOUT, || RawConn::startup(weir.port(), user, db, &[])
+            .is_ok()),
         "no client accepted after one of two left"
     );
 }
