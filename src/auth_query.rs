@@ -47,7 +47,7 @@ pub async fn lookup(
     let pool = app
         .pool_as(snap, &src.database, &src.auth_user, &src.auth_user)
         .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
-    let mut lease = pool.checkout(None, true).await?;
+    let mut lease = pool.checkout(None, true, None).await?;
     let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);
     // Extended protocol, so the user name travels as a parameter and is never spliced
     // into SQL.

@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::protocol::messages;
-use crate::registry::clients::{by_cancel_key, ClientState};
+use crate::registry::clients::{by_cancel_key, CancelTarget, ClientState};
 use crate::server::{BackendKey, ServerAddr};
 
 /// Forwards a client's cancel request to the server running its query; a client still
@@ -24,6 +24,11 @@ pub async fn forward(key: BackendKey) {
         }
         return;
     };
+    send(target).await;
+}
+
+/// Sends a cancel request for the query running on `target`.
+pub async fn send(target: CancelTarget) {
     let packet = messages::cancel_request(target.key.pid, target.key.secret);
     let send = async {
         match &*target.addr {

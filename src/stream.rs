@@ -23,6 +23,14 @@ impl Stream {
         }
     }
 
+    /// Writes without waiting; WouldBlock when the socket is not known to be writable.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.try_write(buf),
+            Stream::Unix(s) => s.try_write(buf),
+        }
+    }
+
     /// Reads what has already arrived, with one recv and without waiting for a readiness
     /// event. A socket just accepted has no readiness recorded yet, so an ordinary read
     /// would first go round the event loop even though (TCP_DEFER_ACCEPT) the startup

@@ -348,6 +348,9 @@ impl Session {
     /// Waits for the client's next request and a server to run it on. Ok(None): the
     /// request was answered without one (cancelled while queued).
     async fn next_server(&mut self) -> Result<Option<Lease>, String> {
+        // Fresh here rather than at the lend: a client that queues frames its request
+        // before it has a server (see `ahead`).
+        self.exchange = Exchange::fresh();
         if !self.flush_client().await {
             return Err("client unexpected eof".into());
         }
@@ -378,7 +381,10 @@ impl Session {
         if let Err(e) = self.sync_params(&mut held).await {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
-        self.exchange = Exchange::fresh();
+        let sent = held.take_sent_ahead();
+        if sent > 0 {
+            self.sent_ahead(sent);
+        }
         self.lend(&held);
         let event = self.relay(&mut held).await;
         self.client.0.set_idle();
@@ -453,6 +459,8 @@ impl Session {
             }
             if let Some(end) = end {
                 let _ = self.inbuf.split_to(end);
+                // What was framed while queueing is dropped with it.
+                self.cframe.reset();
                 break;
             }
             match self.read_more().await {
@@ -567,18 +575,28 @@ impl Session {
         let give_up_after = Some(pool.settings().query_wait_timeout).filter(|d| !d.is_zero());
         self.client.0.set_waiting(notify_after, give_up_after);
         let started = Instant::now();
-        let checkout = pool.checkout(keys.clone(), false);
+        let ahead = self.request_ahead();
+        let checkout = pool.checkout(keys.clone(), false, ahead);
         tokio::pin!(checkout);
         let me = self.client.0.clone();
         let waited = |limit: Option<Duration>| limit.is_some_and(|d| started.elapsed() >= d);
+        let cancelled = || PgError::error("57014", "canceling statement due to user request");
+        // A cancel that came as the request was already being sent ahead: it is passed on
+        // to the server, as for any running query.
+        let mut cancel_late = false;
         loop {
             tokio::select! {
                 signals = me.wait_signals() => {
+                    // Giving up is only possible while the request has not gone ahead to a
+                    // server; once it has, the grant is on its way and is taken.
                     if signals & CANCEL != 0 {
-                        me.set_idle();
-                        return Err(Some(PgError::error("57014", "canceling statement due to user request")));
+                        if me.withdraw() {
+                            me.set_idle();
+                            return Err(Some(cancelled()));
+                        }
+                        cancel_late = true;
                     }
-                    if signals & WAIT_TIMEOUT != 0 && waited(give_up_after) {
+                    if signals & WAIT_TIMEOUT != 0 && waited(give_up_after) && me.withdraw() {
                         me.set_idle();
                         return Err(Some(pool.wait_failure()));
                     }
@@ -596,7 +614,19 @@ impl Session {
                 r = &mut checkout => {
                     self.delta.wait_time_us += started.elapsed().as_micros() as u64;
                     self.client.0.set_idle();
-                    return r.map_err(Some);
+                    let lease = r.map_err(Some)?;
+                    if cancel_late {
+                        if lease.sent_ahead() == 0 {
+                            lease.release();
+                            return Err(Some(cancelled()));
+                        }
+                        tokio::spawn(crate::cancel::send(CancelTarget {
+                            addr: lease.addr.clone(),
+                            key: lease.key,
+                            server_id: lease.id,
+                        }));
+                    }
+                    return Ok(lease);
                 }
                 r = self.read_more(), if self.inbuf.len() < 1 << 20 => match r {
                     Ok(0) | Err(_) => return Err(None),
@@ -630,7 +660,7 @@ impl Session {
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {
-                let l = Box::pin(pool.checkout(scram_keys, true)).await?;
+                let l = Box::pin(pool.checkout(scram_keys, true, None)).await?;
                 let welcome = Arc::new(Welcome::new(l.params.clone()));
                 lease = Some(l);
                 welcome

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use super::Session;
-use crate::pool::PoolMode;
+use crate::pool::{Ahead, PoolMode};
 use crate::protocol::framer::FrameError;
 use crate::protocol::PgError;
 use crate::server::ServerConn;
@@ -77,6 +77,39 @@ impl Session {
             && self.cframe.at_boundary()
             && self.sframe.at_boundary()
             && self.sframe.scanned() == self.outbuf.len()
+    }
+
+    /// Frames what the client has sent of its next request while it queues for a server,
+    /// and copies it for the task that releases a server to send ahead (pool::ahead).
+    /// None when there is nothing whole to send yet or the client sent something wrong
+    /// (the relay reports that).
+    pub fn request_ahead(&mut self) -> Option<Ahead> {
+        self.scan_client().ok()?;
+        let ready = self.cframe.scanned();
+        if ready == 0 || !self.cframe.at_boundary() {
+            return None;
+        }
+        Some(Ahead {
+            bytes: Bytes::copy_from_slice(&self.inbuf[..ready]),
+            wanted: self.wanted.clone(),
+            client: self.client.0.clone(),
+        })
+    }
+
+    /// The releaser of the server sent the first `n` bytes of the request: they are
+    /// forwarded as far as this client is concerned. The request's clocks start now, not
+    /// when it was framed in the queue (the wait is counted apart).
+    pub fn sent_ahead(&mut self, n: usize) {
+        self.inbuf.advance(n);
+        self.cframe.consumed(n);
+        self.delta.received += n as u64;
+        let now = Instant::now();
+        if self.query_started.is_some() {
+            self.query_started = Some(now);
+        }
+        if self.xact_started.is_some() {
+            self.xact_started = Some(now);
+        }
     }
 
     pub async fn relay(&mut self, server: &mut ServerConn) -> Event {

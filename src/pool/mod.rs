@@ -5,6 +5,7 @@
 //! overtaken and never stampede. A lent server is wrapped in a `Lease` whose drop gives the
 //! slot back, so no path (error, panic, client gone) can leak a slot.
 
+mod ahead;
 mod janitor;
 mod lease;
 mod limit;
@@ -25,6 +26,7 @@ use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 /// hold a lease stay small.
 pub type Conn = Box<ServerConn>;
 use crate::stats::Counters;
+pub use ahead::Ahead;
 pub use lease::Lease;
 pub use limit::{Limit, Limits};
 pub use weir_config::PoolMode;
@@ -52,7 +54,8 @@ pub struct PoolSettings {
 }
 
 enum Grant {
-    Server(Conn),
+    /// A server, with the number of bytes of the waiter's request already sent to it.
+    Server(Conn, usize),
     /// A slot is yours: open a new connection in it.
     Connect,
 }
@@ -74,12 +77,18 @@ struct PoolState {
     total: usize,
     /// Slots being connected (counted in `total` too).
     connecting: usize,
-    waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
+    waiters: VecDeque<Waiter>,
     welcome: Option<Arc<Welcome>>,
     last_login_failure: Option<(Instant, PgError)>,
     /// Keys of the last client that logged in with SCRAM, for connections opened with no
     /// client at hand (min_pool_size) when the auth_file has no plaintext password.
     scram: Option<ScramCredential>,
+}
+
+struct Waiter {
+    since: Instant,
+    tx: oneshot::Sender<Grant>,
+    ahead: Option<Ahead>,
 }
 
 pub struct Pool {
@@ -160,10 +169,14 @@ impl Pool {
     /// if the client waits its turn. A client still logging in (`for_login`) is told at
     /// once when the server refuses logins; one already in waits, up to query_wait_timeout,
     /// for the retry.
+    ///
+    /// `ahead` is the client's request, for the task that releases a server to send it
+    /// before handing the server over (see `ahead`).
     pub async fn checkout(
         self: &Arc<Self>,
         scram: Option<ScramCredential>,
         for_login: bool,
+        mut ahead: Option<Ahead>,
     ) -> Result<Lease, PgError> {
         // PAUSE / SUSPEND from the admin console: wait for RESUME before taking anything.
         crate::admin::wait_resumed(&self.database).await;
@@ -175,13 +188,17 @@ impl Pool {
             let (step, limited) = {
                 let mut st = self.lock();
                 match self.take_idle(&mut st, &settings, &mut expired) {
-                    Some(s) => (Ok(Grant::Server(s)), false),
+                    Some(s) => (Ok(Grant::Server(s, 0)), false),
                     None => match self.take_slot(&mut st, &settings, reserve) {
                         Slot::Granted => (Ok(Grant::Connect), false),
                         Slot::LoginBlocked(e) if for_login => return Err(e),
                         other => {
                             let (tx, rx) = oneshot::channel();
-                            st.waiters.push_back((Instant::now(), tx));
+                            st.waiters.push_back(Waiter {
+                                since: Instant::now(),
+                                tx,
+                                ahead: ahead.take(),
+                            });
                             (Err(rx), matches!(other, Slot::Limited))
                         }
                     },
@@ -209,7 +226,11 @@ impl Pool {
                 }
             };
             match grant {
-                Grant::Server(s) => {
+                // Just released by a client and already at work on our request.
+                Grant::Server(s, sent) if sent > 0 => {
+                    return Ok(Lease::new(s, self.clone()).with_sent_ahead(sent));
+                }
+                Grant::Server(s, _) => {
                     if let Some(lease) = self.vet(s, &settings).await {
                         return Ok(lease);
                     }
@@ -304,7 +325,11 @@ impl Pool {
             // The pool dropped our sender without a grant: should not happen, but waiting
             // again is always safe.
             let (tx, rx) = oneshot::channel();
-            self.lock().waiters.push_front((started, tx));
+            self.lock().waiters.push_front(Waiter {
+                since: started,
+                tx,
+                ahead: None,
+            });
             *waiting.rx() = rx;
         }
     }
@@ -466,10 +491,24 @@ impl Pool {
             self.closed_idle(*conn);
             return;
         }
-        while let Some((_, w)) = st.waiters.pop_front() {
-            match w.send(Grant::Server(conn)) {
+        while let Some(w) = st.waiters.pop_front() {
+            if w.tx.is_closed() {
+                continue;
+            }
+            // Under the lock, so that a waiter taking a reserve slot instead (also under
+            // it) cannot have its request run twice.
+            let sent = w.ahead.as_ref().map_or(0, |a| a.send(&conn));
+            match w.tx.send(Grant::Server(conn, sent)) {
                 Ok(()) => return,
-                Err(Grant::Server(c)) => conn = c,
+                Err(Grant::Server(c, sent)) if sent > 0 => {
+                    // The waiter left as its request went: the server owes an answer nobody
+                    // reads, so it cannot be pooled.
+                    st.total -= 1;
+                    drop(st);
+                    self.closed_idle(*c);
+                    return;
+                }
+                Err(Grant::Server(c, _)) => conn = c,
                 Err(Grant::Connect) => return,
             }
         }
@@ -508,7 +547,7 @@ impl Pool {
     fn starved_by_limit(&self) -> bool {
         let pool_size = self.settings().pool_size;
         let st = self.lock();
-        st.total < pool_size && st.waiters.iter().any(|(_, w)| !w.is_closed())
+        st.total < pool_size && st.waiters.iter().any(|w| !w.tx.is_closed())
     }
 
     /// Closes this pool's longest-idle server, for another pool that needs the room.
@@ -532,7 +571,7 @@ impl Pool {
         {
             let mut st = self.lock();
             loop {
-                while st.waiters.front().is_some_and(|(_, w)| w.is_closed()) {
+                while st.waiters.front().is_some_and(|w| w.tx.is_closed()) {
                     st.waiters.pop_front();
                 }
                 if st.waiters.is_empty() {
@@ -542,8 +581,8 @@ impl Pool {
                     break;
                 }
                 let mut sent = false;
-                while let Some((_, w)) = st.waiters.pop_front() {
-                    if w.send(Grant::Connect).is_ok() {
+                while let Some(w) = st.waiters.pop_front() {
+                    if w.tx.send(Grant::Connect).is_ok() {
                         sent = true;
                         break;
                     }
@@ -571,10 +610,10 @@ impl Pool {
         let st = self.lock();
         let mut waiting = 0;
         let mut oldest: Option<Instant> = None;
-        for (t, w) in &st.waiters {
-            if !w.is_closed() {
+        for w in &st.waiters {
+            if !w.tx.is_closed() {
                 waiting += 1;
-                oldest = Some(oldest.map_or(*t, |o| o.min(*t)));
+                oldest = Some(oldest.map_or(w.since, |o| o.min(w.since)));
             }
         }
         PoolCounts {

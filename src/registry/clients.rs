@@ -43,6 +43,10 @@ pub const WAIT_NOTIFY: u8 = 8;
 pub const WAIT_TIMEOUT: u8 = 16;
 /// The signals of one wait in a queue, cleared when the next wait begins.
 const WAIT_SIGNALS: u8 = CANCEL | WAIT_NOTIFY | WAIT_TIMEOUT;
+/// The task releasing a server sent the waiting client's request to it (pool::ahead).
+const HANDED: u8 = 32;
+/// The waiting client gave up its place; its request must not be sent for it.
+const WITHDRAWN: u8 = 64;
 
 #[derive(Debug)]
 pub struct ClientInfo {
@@ -150,6 +154,26 @@ impl ClientInfo {
         bits
     }
 
+    /// The releaser of a server takes on sending this waiting client's request, unless the
+    /// client has withdrawn. Exactly one of this and `withdraw` succeeds in a wait.
+    pub fn claim_handoff(&self) -> bool {
+        self.signals
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & WITHDRAWN == 0).then_some(s | HANDED)
+            })
+            .is_ok()
+    }
+
+    /// The waiting client gives up its place (cancel, query_wait_timeout). False when its
+    /// request was already sent to a server: the grant is on its way and must be taken.
+    pub fn withdraw(&self) -> bool {
+        self.signals
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & HANDED == 0).then_some(s | WITHDRAWN)
+            })
+            .is_ok()
+    }
+
     /// Resolves once a safe shutdown has begun.
     pub async fn stopped(&self) {
         self.any_of(STOP).await;
@@ -160,7 +184,8 @@ impl ClientInfo {
     pub fn set_waiting(&self, notify: Option<Duration>, give_up: Option<Duration>) {
         let now = now_micros();
         let at = |d: Option<Duration>| d.map_or(0, |d| now.saturating_add(d.as_micros() as u64));
-        self.signals.fetch_and(!WAIT_SIGNALS, Ordering::AcqRel);
+        self.signals
+            .fetch_and(!(WAIT_SIGNALS | HANDED | WITHDRAWN), Ordering::AcqRel);
         self.notify_at.store(at(notify), Ordering::Relaxed);
         self.give_up_at.store(at(give_up), Ordering::Relaxed);
         self.request_time.store(now, Ordering::Relaxed);

@@ -1,0 +1,43 @@
+//! Sending a queued client's request from the task that releases a server.
+//!
+//! When clients outnumber servers, a released server goes to the longest waiter. Waking
+//! the waiter and letting it write its query leaves the server idle until the waiter's
+//! task gets its turn on the worker, behind every other task that became ready meanwhile
+//! (hundreds, with a thousand clients). PgBouncer forwards the waiting client's query in
+//! the same step that frees the server; so does this: the waiter leaves a copy of its
+//! request in the queue, and the releasing task writes it to the server before handing
+//! the server over, so PostgreSQL works while the waiter is still on its way.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::params::ParamSet;
+use crate::registry::clients::ClientInfo;
+use crate::server::ServerConn;
+
+/// A waiter's request, whole messages only, as it arrived.
+pub struct Ahead {
+    pub bytes: Bytes,
+    /// The session parameters the client expects: the request may only go ahead to a
+    /// server already known to have them (otherwise SETs must run first).
+    pub wanted: Arc<ParamSet>,
+    /// Where the waiter and the releaser agree which of them sends the request: the
+    /// releaser claims it unless the waiter has given up its place (cancel, timeout).
+    pub client: Arc<ClientInfo>,
+}
+
+impl Ahead {
+    /// Writes the request to `conn` if it can go without waiting; returns how many bytes
+    /// went (the waiter sends the rest). Nothing is sent once the waiter has withdrawn.
+    pub(super) fn send(&self, conn: &ServerConn) -> usize {
+        let synced = conn
+            .synced_to
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
+        if !synced || !self.client.claim_handoff() {
+            return 0;
+        }
+        conn.stream.try_write(&self.bytes).unwrap_or(0)
+    }
+}
