@@ -381,7 +381,7 @@ impl Session {
         if let Err(e) = self.sync_params(&mut held).await {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
-        let sent = held.take_sent_ahead();
+        let sent = std::mem::take(&mut held.sent_ahead);
         if sent > 0 {
             self.sent_ahead(sent);
         }
@@ -616,7 +616,7 @@ impl Session {
                     self.client.0.set_idle();
                     let lease = r.map_err(Some)?;
                     if cancel_late {
-                        if lease.sent_ahead() == 0 {
+                        if lease.sent_ahead == 0 {
                             lease.release();
                             return Err(Some(cancelled()));
                         }

@@ -28,16 +28,17 @@ pub struct Ahead {
 }
 
 impl Ahead {
-    /// Writes the request to `conn` if it can go without waiting; returns how many bytes
-    /// went (the waiter sends the rest). Nothing is sent once the waiter has withdrawn.
-    pub(super) fn send(&self, conn: &ServerConn) -> usize {
+    /// Writes the request to `conn` if it can go without waiting, and records in
+    /// `conn.sent_ahead` how many bytes went (the waiter sends the rest). Nothing is sent
+    /// once the waiter has withdrawn.
+    pub(super) fn send(&self, conn: &mut ServerConn) {
         let synced = conn
             .synced_to
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
         if !synced || !self.client.claim_handoff() {
-            return 0;
+            return;
         }
-        conn.stream.try_write(&self.bytes).unwrap_or(0)
+        conn.sent_ahead = conn.stream.try_write(&self.bytes).unwrap_or(0);
     }
 }

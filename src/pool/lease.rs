@@ -16,8 +16,6 @@ use crate::server::ServerConn;
 pub struct Lease {
     conn: Option<Conn>,
     pool: Arc<Pool>,
-    /// Bytes of the client's request the releaser of this server already sent to it.
-    sent_ahead: usize,
 }
 
 impl Lease {
@@ -25,23 +23,7 @@ impl Lease {
         Lease {
             conn: Some(conn),
             pool,
-            sent_ahead: 0,
         }
-    }
-
-    pub(super) fn with_sent_ahead(mut self, n: usize) -> Lease {
-        self.sent_ahead = n;
-        self
-    }
-
-    pub fn sent_ahead(&self) -> usize {
-        self.sent_ahead
-    }
-
-    /// How much of the client's buffered request is already on the server: the client
-    /// skips that much. Taken once.
-    pub fn take_sent_ahead(&mut self) -> usize {
-        std::mem::take(&mut self.sent_ahead)
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -163,11 +145,11 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         match self.take_late_grant() {
             // The server holds a request of a waiter that has gone: not reusable.
-            Some(Grant::Server(conn, sent)) if sent > 0 => {
+            Some(Grant::Server(conn)) if conn.sent_ahead > 0 => {
                 self.pool.lock().total -= 1;
                 self.pool.closed_idle(*conn);
             }
-            Some(Grant::Server(conn, _)) => self.pool.checkin(conn),
+            Some(Grant::Server(conn)) => self.pool.checkin(conn),
             Some(Grant::Connect) => self.pool.abandon_slot(),
             None => {}
         }

@@ -54,8 +54,8 @@ pub struct PoolSettings {
 }
 
 enum Grant {
-    /// A server, with the number of bytes of the waiter's request already sent to it.
-    Server(Conn, usize),
+    /// A server; its `sent_ahead` says how much of the waiter's request went to it.
+    Server(Conn),
     /// A slot is yours: open a new connection in it.
     Connect,
 }
@@ -188,7 +188,7 @@ impl Pool {
             let (step, limited) = {
                 let mut st = self.lock();
                 match self.take_idle(&mut st, &settings, &mut expired) {
-                    Some(s) => (Ok(Grant::Server(s, 0)), false),
+                    Some(s) => (Ok(Grant::Server(s)), false),
                     None => match self.take_slot(&mut st, &settings, reserve) {
                         Slot::Granted => (Ok(Grant::Connect), false),
                         Slot::LoginBlocked(e) if for_login => return Err(e),
@@ -227,10 +227,8 @@ impl Pool {
             };
             match grant {
                 // Just released by a client and already at work on our request.
-                Grant::Server(s, sent) if sent > 0 => {
-                    return Ok(Lease::new(s, self.clone()).with_sent_ahead(sent));
-                }
-                Grant::Server(s, _) => {
+                Grant::Server(s) if s.sent_ahead > 0 => return Ok(Lease::new(s, self.clone())),
+                Grant::Server(s) => {
                     if let Some(lease) = self.vet(s, &settings).await {
                         return Ok(lease);
                     }
@@ -497,10 +495,12 @@ impl Pool {
             }
             // Under the lock, so that a waiter taking a reserve slot instead (also under
             // it) cannot have its request run twice.
-            let sent = w.ahead.as_ref().map_or(0, |a| a.send(&conn));
-            match w.tx.send(Grant::Server(conn, sent)) {
+            if let Some(a) = &w.ahead {
+                a.send(&mut conn);
+            }
+            match w.tx.send(Grant::Server(conn)) {
                 Ok(()) => return,
-                Err(Grant::Server(c, sent)) if sent > 0 => {
+                Err(Grant::Server(c)) if c.sent_ahead > 0 => {
                     // The waiter left as its request went: the server owes an answer nobody
                     // reads, so it cannot be pooled.
                     st.total -= 1;
@@ -508,7 +508,7 @@ impl Pool {
                     self.closed_idle(*c);
                     return;
                 }
-                Err(Grant::Server(c, _)) => conn = c,
+                Err(Grant::Server(c)) => conn = c,
                 Err(Grant::Connect) => return,
             }
         }

@@ -231,6 +231,7 @@ async fn connect_inner(
         idle_since: now,
         generation: target.generation,
         home: crate::workers::current(),
+        sent_ahead: 0,
     };
     if let Some(q) = &target.connect_query {
         conn.run_internal(q, target.connect_timeout).await?;

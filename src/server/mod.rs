@@ -65,6 +65,9 @@ pub struct ServerConn {
     /// The pool configuration this connection was opened under; a reload that changes how
     /// servers are reached makes older connections close instead of returning to the pool.
     pub generation: u64,
+    /// Bytes of the next client's request already written by the task that released the
+    /// server to it (pool::ahead); the client skips them. Zero otherwise.
+    pub sent_ahead: usize,
 }
 
 impl fmt::Debug for ServerConn {
@@ -99,6 +102,7 @@ impl ServerConn {
             created,
             idle_since,
             generation,
+            sent_ahead,
         } = self;
         Ok(ServerConn {
             id,
@@ -112,6 +116,7 @@ impl ServerConn {
             created,
             idle_since,
             generation,
+            sent_ahead,
         })
     }
 
