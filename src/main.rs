@@ -186,6 +186,7 @@ async fn serve(
             registry::clients::enforce_waits();
         }
     });
+    tokio::spawn(client::park::watch());
     if let Some(l) = http {
         if let Err(e) = metrics_http::start(&app, l) {
             tracing::error!("cannot serve http_listen: {e}");

@@ -11,6 +11,29 @@ use tokio::net::{TcpStream, UnixStream};
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// The socket was taken out (a parked client's, see client::park): every operation
+    /// fails until it is attached again.
+    Detached,
+}
+
+/// A socket outside any runtime, non-blocking, as a parked client keeps it.
+#[derive(Debug)]
+pub enum StdSocket {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl std::os::fd::AsRawFd for StdSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            StdSocket::Tcp(s) => s.as_raw_fd(),
+            StdSocket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+fn detached() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "socket detached")
 }
 
 impl Stream {
@@ -20,7 +43,26 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
+            Stream::Detached => Err(detached()),
         }
+    }
+
+    /// Takes the socket out of the runtime (its readiness record is freed), leaving
+    /// `Detached` in its place.
+    pub fn detach(&mut self) -> io::Result<StdSocket> {
+        match std::mem::replace(self, Stream::Detached) {
+            Stream::Tcp(s) => Ok(StdSocket::Tcp(s.into_std()?)),
+            Stream::Unix(s) => Ok(StdSocket::Unix(s.into_std()?)),
+            Stream::Detached => Err(detached()),
+        }
+    }
+
+    /// Registers a detached socket with the current thread's runtime.
+    pub fn attach(socket: StdSocket) -> io::Result<Stream> {
+        Ok(match socket {
+            StdSocket::Tcp(s) => Stream::Tcp(TcpStream::from_std(s)?),
+            StdSocket::Unix(s) => Stream::Unix(UnixStream::from_std(s)?),
+        })
     }
 
     /// Writes without waiting; WouldBlock when the socket is not known to be writable.
@@ -28,6 +70,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
             Stream::Unix(s) => s.try_write(buf),
+            Stream::Detached => Err(detached()),
         }
     }
 
@@ -41,6 +84,7 @@ impl Stream {
         let n = match self {
             Stream::Tcp(s) => socket2::SockRef::from(s).recv(spare)?,
             Stream::Unix(s) => socket2::SockRef::from(s).recv(spare)?,
+            Stream::Detached => return Err(detached()),
         };
         // SAFETY: recv initialised the first n bytes of the spare capacity.
         unsafe { buf.set_len(buf.len() + n) };
@@ -54,6 +98,7 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s.into_std()?)?),
             Stream::Unix(s) => Stream::Unix(UnixStream::from_std(s.into_std()?)?),
+            Stream::Detached => return Err(detached()),
         })
     }
 
@@ -62,6 +107,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Unix(s) => s.poll_read_ready(cx),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -70,6 +116,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
             Stream::Unix(_) => Endpoint::Unix,
+            Stream::Detached => Endpoint::Unknown,
         }
     }
 
@@ -78,6 +125,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.peer_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
             Stream::Unix(_) => Endpoint::Unix,
+            Stream::Detached => Endpoint::Unknown,
         }
     }
 }
@@ -111,6 +159,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 }
@@ -124,6 +173,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -135,6 +185,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -146,6 +197,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -153,6 +205,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 }

@@ -47,11 +47,39 @@ where
     }
 }
 
+/// The workers' runtimes, for sessions resumed from the parking lot (client::park).
+static WORKERS: std::sync::OnceLock<Vec<tokio::runtime::Handle>> = std::sync::OnceLock::new();
+
+/// Runs a client's task on worker `i` (the main thread's runtime if there is no such
+/// worker).
+pub fn spawn_on<F>(i: usize, future: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match WORKERS.get().and_then(|w| w.get(i)) {
+        Some(worker) => {
+            worker.spawn(future);
+        }
+        None => spawn_background(future),
+    }
+}
+
+/// How many workers run.
+pub fn count() -> usize {
+    WORKERS.get().map_or(0, Vec::len)
+}
+
 pub fn start(app: &Arc<App>, per_worker: Vec<Vec<StdListener>>) -> io::Result<()> {
-    for (i, listeners) in per_worker.into_iter().enumerate() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+    let mut runtimes = Vec::new();
+    for _ in 0..per_worker.len() {
+        runtimes.push(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+        );
+    }
+    let _ = WORKERS.set(runtimes.iter().map(|r| r.handle().clone()).collect());
+    for (i, (listeners, runtime)) in per_worker.into_iter().zip(runtimes).enumerate() {
         let app = app.clone();
         std::thread::Builder::new()
             .name(format!("weir-worker-{i}"))

@@ -1,6 +1,7 @@
 //! One task per client: log it in, then lend it a server whenever it has something to run.
 
 pub mod login;
+pub mod park;
 mod relay;
 pub mod welcome;
 
@@ -20,7 +21,9 @@ use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
 use crate::protocol::messages::{self, quote_literal};
 use crate::protocol::PgError;
-use crate::registry::clients::{CancelTarget, ClientHandle, CANCEL, WAIT_NOTIFY, WAIT_TIMEOUT};
+use crate::registry::clients::{
+    CancelTarget, ClientHandle, CANCEL, PARK, WAIT_NOTIFY, WAIT_TIMEOUT,
+};
 use crate::stats::Delta;
 use crate::stream::Stream;
 use login::{LoggedIn, Outcome};
@@ -178,10 +181,24 @@ impl Drop for PoolMember {
 
 pub async fn serve(app: Arc<App>, stream: Stream) {
     // Boxed: logging in is large and short-lived; it must not size every client's task.
-    let Some(mut session) = Box::pin(start(&app, stream)).await else {
+    let Some(session) = Box::pin(start(&app, stream)).await else {
         return;
     };
-    session.main().await;
+    // The session is boxed from the start, so that parking it moves a pointer.
+    run_session(Box::new(session), false).await;
+}
+
+/// Runs a session until it ends or is parked (a resumed one has had its welcome).
+async fn run_session(mut session: Box<Session>, mut resumed: bool) {
+    while session.main(resumed).await {
+        match park::park(session) {
+            Ok(()) => return,
+            Err(s) => {
+                session = s;
+                resumed = true;
+            }
+        }
+    }
 }
 
 /// Logs the client in and sets up its session; None when it ends here (refused, a cancel
@@ -282,11 +299,14 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
 
 impl Session {
     /// Runs the session to its end, and a KILL from the admin console ends it whatever it
-    /// was doing (a lent server is closed with it).
-    async fn main(&mut self) {
+    /// was doing (a lent server is closed with it). True when it stopped to be parked.
+    async fn main(&mut self, resumed: bool) -> bool {
         let info = self.client.0.clone();
         let reason = tokio::select! {
-            r = self.run() => r,
+            r = self.run(resumed) => match r {
+                Some(r) => r,
+                None => return true,
+            },
             why = info.killed() => {
                 refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
                 why.to_owned()
@@ -302,6 +322,7 @@ impl Session {
                 c.peer
             );
         }
+        false
     }
 }
 
@@ -315,6 +336,8 @@ async fn refuse(stream: &mut Stream, error: &PgError) {
 
 enum Wake {
     Message,
+    /// Idle long enough to give up the task (see `park`).
+    Park,
     Terminated,
     Gone,
     Shutdown,
@@ -322,13 +345,18 @@ enum Wake {
 }
 
 impl Session {
-    /// Serves a logged-in client until it leaves; returns why it ended, for the log. The
-    /// rare steps (welcome, errors, closing) live in boxed futures: this one is part of
-    /// every client's task, and only the common steps should size it.
-    async fn run(&mut self) -> String {
-        let mut lease = match Box::pin(self.welcome()).await {
-            Ok(l) => l,
-            Err(e) => return Box::pin(self.refuse(e)).await,
+    /// Serves a logged-in client until it leaves, returning why it ended, for the log, or
+    /// until it is to be parked (None). The rare steps (welcome, errors, closing) live in
+    /// boxed futures: this one is part of every client's task, and only the common steps
+    /// should size it.
+    async fn run(&mut self, resumed: bool) -> Option<String> {
+        let mut lease = if resumed {
+            None
+        } else {
+            match Box::pin(self.welcome()).await {
+                Ok(l) => l,
+                Err(e) => return Some(Box::pin(self.refuse(e)).await),
+            }
         };
         loop {
             let held = match lease.take() {
@@ -336,39 +364,44 @@ impl Session {
                 None => match self.next_server().await {
                     Ok(Some(l)) => l,
                     Ok(None) => continue,
-                    Err(reason) => return reason,
+                    Err(end) => return end,
                 },
             };
             if let Some(reason) = self.transaction(held).await {
-                return reason;
+                return Some(reason);
             }
         }
     }
 
     /// Waits for the client's next request and a server to run it on. Ok(None): the
-    /// request was answered without one (cancelled while queued).
-    async fn next_server(&mut self) -> Result<Option<Lease>, String> {
+    /// request was answered without one (cancelled while queued). Err(None): the client is
+    /// to be parked; Err(Some(reason)): the session ended.
+    async fn next_server(&mut self) -> Result<Option<Lease>, Option<String>> {
         // Fresh here rather than at the lend: a client that queues frames its request
         // before it has a server (see `ahead`).
         self.exchange = Exchange::fresh();
         if !self.flush_client().await {
-            return Err("client unexpected eof".into());
+            return Err(Some("client unexpected eof".into()));
         }
         let error = match self.await_message().await {
             Wake::Message => match self.acquire().await {
                 Ok(l) => return Ok(Some(l)),
                 Err(Some(e)) if e.severity == "ERROR" => {
-                    return Box::pin(self.fail_request(&e)).await.map(|()| None);
+                    return Box::pin(self.fail_request(&e))
+                        .await
+                        .map(|()| None)
+                        .map_err(Some);
                 }
                 Err(Some(e)) => e,
-                Err(None) => return Err("client gone while waiting for a server".into()),
+                Err(None) => return Err(Some("client gone while waiting for a server".into())),
             },
-            Wake::Terminated => return Err("client close request".into()),
-            Wake::Gone => return Err("client unexpected eof".into()),
+            Wake::Park => return Err(None),
+            Wake::Terminated => return Err(Some("client close request".into())),
+            Wake::Gone => return Err(Some("client unexpected eof".into())),
             Wake::Shutdown => shutting_down(),
             Wake::IdleTimeout => PgError::fatal("57P05", "client_idle_timeout"),
         };
-        Err(Box::pin(self.refuse(error)).await)
+        Err(Some(Box::pin(self.refuse(error)).await))
     }
 
     /// Lends `held` to the client for one transaction (for the whole session in session
@@ -533,13 +566,21 @@ impl Session {
                 return Wake::Shutdown;
             }
             // The idle timer is boxed and only made when configured: an idle client's task
-            // should not carry one it does not need.
+            // should not carry one it does not need. It counts from the end of the last
+            // transaction, so that a parked and resumed client is not given more time.
             let idle_limit = self
                 .timeouts
                 .client_idle()
-                .map(|d| Box::pin(tokio::time::sleep(d)));
+                .map(|d| Box::pin(tokio::time::sleep_until((self.idle_since + d).into())));
             tokio::select! {
-                _ = info.stopped() => {}
+                signals = info.stopped_or_parking() => {
+                    if signals & PARK != 0 {
+                        info.take_park();
+                        if self.inbuf.is_empty() {
+                            return Wake::Park;
+                        }
+                    }
+                }
                 r = self.read_more() => match r {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}

@@ -142,6 +142,13 @@ impl Collector for LiveCollector {
         )?;
         family(
             e,
+            "weir_clients_parked",
+            "Idle clients parked without a task (they resume when they send something).",
+            None,
+            vec![(vec![], g(crate::client::park::count() as u64))],
+        )?;
+        family(
+            e,
             "weir_max_client_conn",
             "The max_client_conn setting.",
             None,

@@ -47,6 +47,11 @@ const WAIT_SIGNALS: u8 = CANCEL | WAIT_NOTIFY | WAIT_TIMEOUT;
 const HANDED: u8 = 32;
 /// The waiting client gave up its place; its request must not be sent for it.
 const WITHDRAWN: u8 = 64;
+/// The client has been idle long enough to give up its task (client::park).
+pub const PARK: u8 = 128;
+/// Janitor rounds (250 ms apart) a client must be seen idle before it is parked: about a
+/// second, long enough that a client between two transactions is not.
+const PARK_AFTER_ROUNDS: u8 = 5;
 
 #[derive(Debug)]
 pub struct ClientInfo {
@@ -58,6 +63,8 @@ pub struct ClientInfo {
     pub application_name: String,
     pub connect_time: u64,
     state: AtomicU8,
+    /// Janitor rounds that saw the client idle since it last had a server.
+    idle_rounds: AtomicU8,
     request_time: AtomicU64,
     wait_since: AtomicU64,
     link: Mutex<Option<CancelTarget>>,
@@ -174,11 +181,6 @@ impl ClientInfo {
             .is_ok()
     }
 
-    /// Resolves once a safe shutdown has begun.
-    pub async fn stopped(&self) {
-        self.any_of(STOP).await;
-    }
-
     /// The client starts waiting in a queue; the janitor signals it after `notify` and
     /// after `give_up`, when set.
     pub fn set_waiting(&self, notify: Option<Duration>, give_up: Option<Duration>) {
@@ -194,8 +196,31 @@ impl ClientInfo {
             .store(ClientState::Waiting as u8, Ordering::Relaxed);
     }
 
+    /// Resolves with STOP or PARK, whichever is set.
+    pub async fn stopped_or_parking(&self) -> u8 {
+        self.any_of(STOP | PARK).await
+    }
+
+    /// Takes the PARK signal; the idle count starts again, so a client that stays
+    /// unparked (or is woken with nothing to do) is asked again a second later.
+    pub fn take_park(&self) {
+        self.signals.fetch_and(!PARK, Ordering::AcqRel);
+        self.idle_rounds.store(0, Ordering::Relaxed);
+    }
+
+    /// Signals that must end a parked client's rest: its session acts on them.
+    pub fn must_wake(&self) -> bool {
+        self.signals.load(Ordering::Acquire) & (STOP | KILL) != 0
+    }
+
+    /// Makes signals wake `waker` (a parked client's) instead of the client's last task.
+    pub fn set_waker(&self, waker: &std::task::Waker) {
+        self.waker.register(waker);
+    }
+
     pub fn set_active(&self, target: CancelTarget) {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+        self.idle_rounds.store(0, Ordering::Relaxed);
         self.end_wait();
         self.wait_since.store(0, Ordering::Relaxed);
         self.state
@@ -236,6 +261,7 @@ impl ClientHandle {
                 application_name: application_name.to_owned(),
                 connect_time: now_micros(),
                 state: AtomicU8::new(ClientState::Idle as u8),
+                idle_rounds: AtomicU8::new(0),
                 request_time: AtomicU64::new(0),
                 wait_since: AtomicU64::new(0),
                 link: Mutex::new(None),
@@ -262,13 +288,28 @@ pub fn by_cancel_key(key: BackendKey) -> Option<Arc<ClientInfo>> {
     (client.key.secret == key.secret).then_some(client)
 }
 
-/// Signals every client that has waited in a queue past query_wait_notify or
-/// query_wait_timeout. Each deadline is taken (swapped to 0) before its signal is raised,
+/// Asks clients idle for about a second to park (client::park), and signals every client
+/// that has waited in a queue past query_wait_notify or query_wait_timeout. Each deadline is taken (swapped to 0) before its signal is raised,
 /// so it fires once; a client that has meanwhile moved on to another wait checks the time
 /// itself before acting on a signal.
 pub fn enforce_waits() {
     let now = now_micros();
     CLIENTS.for_each(|c| {
+        if c.state() == ClientState::Idle {
+            // Counted up to the threshold and no further, so PARK is raised once per
+            // idle spell (take_park starts the count again).
+            // (A compare-and-swap: a lend that reset the count meanwhile wins.)
+            let rounds = c.idle_rounds.load(Ordering::Relaxed);
+            if rounds < PARK_AFTER_ROUNDS
+                && c.idle_rounds
+                    .compare_exchange(rounds, rounds + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                && rounds + 1 == PARK_AFTER_ROUNDS
+            {
+                c.raise(PARK);
+            }
+            return;
+        }
         if c.state() != ClientState::Waiting {
             return;
         }

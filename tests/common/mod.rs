@@ -10,6 +10,7 @@
 //! Every wait has a timeout: a test never hangs forever.
 #![allow(dead_code, unused_imports)]
 
+pub mod http;
 pub mod pg;
 pub mod proto;
 pub mod weir;
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use http::{http_get, metric, HttpResponse};
 pub use pg::PgServer;
 pub use proto::{ErrorFields, RawConn};
 pub use weir::{Weir, WeirBuilder};
