@@ -11,9 +11,9 @@ use tokio::net::{TcpStream, UnixStream};
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
-    /// The socket was taken out (a parked client's, see client::park): every operation
-    /// fails until it is attached again.
-    Detached,
+    /// Taken out of the runtime while its client is parked (client::park): every
+    /// operation fails until it is unparked.
+    Parked(StdSocket),
 }
 
 /// A socket outside any runtime, non-blocking, as a parked client keeps it.
@@ -21,6 +21,8 @@ pub enum Stream {
 pub enum StdSocket {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    /// Closed (taking the socket out of the runtime failed).
+    None,
 }
 
 impl std::os::fd::AsRawFd for StdSocket {
@@ -28,12 +30,13 @@ impl std::os::fd::AsRawFd for StdSocket {
         match self {
             StdSocket::Tcp(s) => s.as_raw_fd(),
             StdSocket::Unix(s) => s.as_raw_fd(),
+            StdSocket::None => -1,
         }
     }
 }
 
 fn detached() -> io::Error {
-    io::Error::new(io::ErrorKind::NotConnected, "socket detached")
+    io::Error::new(io::ErrorKind::NotConnected, "socket parked")
 }
 
 impl Stream {
@@ -43,26 +46,43 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
-            Stream::Detached => Err(detached()),
+            Stream::Parked(_) => Err(detached()),
         }
     }
 
-    /// Takes the socket out of the runtime (its readiness record is freed), leaving
-    /// `Detached` in its place.
-    pub fn detach(&mut self) -> io::Result<StdSocket> {
-        match std::mem::replace(self, Stream::Detached) {
-            Stream::Tcp(s) => Ok(StdSocket::Tcp(s.into_std()?)),
-            Stream::Unix(s) => Ok(StdSocket::Unix(s.into_std()?)),
-            Stream::Detached => Err(detached()),
+    /// Takes the socket out of the runtime (its readiness record is freed); returns its
+    /// file descriptor, for the parking lot to watch.
+    pub fn park(&mut self) -> io::Result<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let std = match std::mem::replace(self, Stream::Parked(StdSocket::None)) {
+            Stream::Tcp(s) => StdSocket::Tcp(s.into_std()?),
+            Stream::Unix(s) => StdSocket::Unix(s.into_std()?),
+            Stream::Parked(s) => s,
+        };
+        let fd = std.as_raw_fd();
+        *self = Stream::Parked(std);
+        Ok(fd)
+    }
+
+    /// The file descriptor of a parked socket.
+    pub fn parked_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Parked(s) => Some(s.as_raw_fd()),
+            _ => None,
         }
     }
 
-    /// Registers a detached socket with the current thread's runtime.
-    pub fn attach(socket: StdSocket) -> io::Result<Stream> {
-        Ok(match socket {
-            StdSocket::Tcp(s) => Stream::Tcp(TcpStream::from_std(s)?),
-            StdSocket::Unix(s) => Stream::Unix(UnixStream::from_std(s)?),
-        })
+    /// Registers a parked socket with the current thread's runtime again.
+    pub fn unpark(&mut self) -> io::Result<()> {
+        if let Stream::Parked(s) = std::mem::replace(self, Stream::Parked(StdSocket::None)) {
+            *self = match s {
+                StdSocket::Tcp(s) => Stream::Tcp(TcpStream::from_std(s)?),
+                StdSocket::Unix(s) => Stream::Unix(UnixStream::from_std(s)?),
+                StdSocket::None => return Err(detached()),
+            };
+        }
+        Ok(())
     }
 
     /// Writes without waiting; WouldBlock when the socket is not known to be writable.
@@ -70,7 +90,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
             Stream::Unix(s) => s.try_write(buf),
-            Stream::Detached => Err(detached()),
+            Stream::Parked(_) => Err(detached()),
         }
     }
 
@@ -84,7 +104,7 @@ impl Stream {
         let n = match self {
             Stream::Tcp(s) => socket2::SockRef::from(s).recv(spare)?,
             Stream::Unix(s) => socket2::SockRef::from(s).recv(spare)?,
-            Stream::Detached => return Err(detached()),
+            Stream::Parked(_) => return Err(detached()),
         };
         // SAFETY: recv initialised the first n bytes of the spare capacity.
         unsafe { buf.set_len(buf.len() + n) };
@@ -98,7 +118,7 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s.into_std()?)?),
             Stream::Unix(s) => Stream::Unix(UnixStream::from_std(s.into_std()?)?),
-            Stream::Detached => return Err(detached()),
+            Stream::Parked(_) => return Err(detached()),
         })
     }
 
@@ -107,45 +127,66 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Unix(s) => s.poll_read_ready(cx),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 
     /// Our end of the connection.
     pub fn local(&self) -> Endpoint {
         match self {
-            Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
+            Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::tcp),
             Stream::Unix(_) => Endpoint::Unix,
-            Stream::Detached => Endpoint::Unknown,
+            Stream::Parked(_) => Endpoint::Unknown,
         }
     }
 
     /// The client's end.
     pub fn peer(&self) -> Endpoint {
         match self {
-            Stream::Tcp(s) => s.peer_addr().map_or(Endpoint::Unknown, Endpoint::Tcp),
+            Stream::Tcp(s) => s.peer_addr().map_or(Endpoint::Unknown, Endpoint::tcp),
             Stream::Unix(_) => Endpoint::Unix,
-            Stream::Detached => Endpoint::Unknown,
+            Stream::Parked(_) => Endpoint::Unknown,
         }
     }
 }
 
 /// One end of a client connection, kept as an address and formatted only when shown: a
 /// client that connects for one transaction should not pay for two strings it never shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// 16 bytes (a SocketAddr is 32): every client's registry entry holds two, and idle
+/// clients are counted in bytes (client::park). IPv6 addresses are boxed.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    Tcp(std::net::SocketAddr),
+    V4(std::net::Ipv4Addr, u16),
+    V6(Box<std::net::SocketAddrV6>),
     Unix,
     /// The socket could not tell (it was already closed).
     Unknown,
 }
 
+impl Endpoint {
+    pub fn tcp(addr: std::net::SocketAddr) -> Endpoint {
+        match addr {
+            std::net::SocketAddr::V4(a) => Endpoint::V4(*a.ip(), a.port()),
+            std::net::SocketAddr::V6(a) => Endpoint::V6(Box::new(a)),
+        }
+    }
+
+    /// The address of a TCP end.
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Endpoint::V4(ip, port) => Some((*ip, *port).into()),
+            Endpoint::V6(a) => Some((**a).into()),
+            Endpoint::Unix | Endpoint::Unknown => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Tcp(a) => a.fmt(f),
-            Endpoint::Unix => f.write_str("unix"),
-            Endpoint::Unknown => f.write_str("?"),
+        match (self, self.addr()) {
+            (_, Some(a)) => a.fmt(f),
+            (Endpoint::Unix, None) => f.write_str("unix"),
+            _ => f.write_str("?"),
         }
     }
 }
@@ -159,7 +200,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 }
@@ -173,7 +214,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 
@@ -185,7 +226,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 
@@ -197,7 +238,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 
@@ -205,7 +246,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Detached => Poll::Ready(Err(detached())),
+            Stream::Parked(_) => Poll::Ready(Err(detached())),
         }
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::{watch, Notify};
 use crate::app::{App, Snapshot};
 use crate::pool::Pool;
 use crate::protocol::PgError;
-use crate::registry::clients::CLIENTS;
+use crate::registry::clients::{KillReason, CLIENTS};
 use crate::registry::servers::SERVERS;
 
 /// The pooler-wide pause state, as SHOW STATE reports it.
@@ -370,8 +370,8 @@ pub fn kill(app: &App, arg: &str) -> Result<&'static str, String> {
     }
     sync_gates();
     for c in CLIENTS.snapshot() {
-        if db.is_none_or(|d| c.database == d) {
-            c.kill("database removed");
+        if db.is_none_or(|d| &*c.database == d) {
+            c.kill(KillReason::DatabaseRemoved);
         }
     }
     for p in pools_of(app, db) {
@@ -388,7 +388,7 @@ pub fn kill_client(arg: &str) -> Result<&'static str, String> {
         return Err("client not found".into());
     };
     if let Some(c) = CLIENTS.get(id) {
-        c.kill("admin forced disconnect");
+        c.kill(KillReason::AdminForced);
     } else if let Some(a) = super::sessions::get(id) {
         a.kill("admin forced disconnect");
     } else {

@@ -45,11 +45,11 @@ pub fn format_time(micros: u64) -> String {
 }
 
 /// "host:port" / "[v6]:port" / "unix" into PgBouncer's addr and port columns.
-fn split_addr(end: Endpoint, unix_port: u16) -> (Value, Value) {
-    match end {
-        Endpoint::Tcp(a) => (text(a.ip().to_string()), int(a.port())),
-        Endpoint::Unix => (text("unix"), int(unix_port)),
-        Endpoint::Unknown => (text("?"), NULL),
+fn split_addr(end: &Endpoint, unix_port: u16) -> (Value, Value) {
+    match (end, end.addr()) {
+        (_, Some(a)) => (text(a.ip().to_string()), int(a.port())),
+        (Endpoint::Unix, None) => (text("unix"), int(unix_port)),
+        _ => (text("?"), NULL),
     }
 }
 
@@ -278,7 +278,10 @@ pub fn pools(app: &App) -> RowSet {
     let mut waiting: HashMap<(String, String), (usize, u64)> = HashMap::new();
     for c in CLIENTS.snapshot() {
         if c.state() == ClientState::Waiting {
-            let key = (c.database.clone(), pool_user(&snap, &c.database, &c.user));
+            let key = (
+                c.database.to_string(),
+                pool_user(&snap, &c.database, &c.user),
+            );
             let e = waiting.entry(key).or_insert((0, u64::MAX));
             e.0 += 1;
             e.1 = e.1.min(c.wait_since().unwrap_or(now));
@@ -444,8 +447,8 @@ fn client_state(c: &ClientInfo) -> &'static str {
 }
 
 fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<Value> {
-    let (addr, port) = split_addr(c.peer, ctx.listen_port);
-    let (laddr, lport) = split_addr(c.local, ctx.listen_port);
+    let (addr, port) = split_addr(&c.peer, ctx.listen_port);
+    let (laddr, lport) = split_addr(&c.local, ctx.listen_port);
     let wait = c
         .wait_since()
         .filter(|_| c.state() == ClientState::Waiting)
@@ -461,8 +464,8 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
     };
     let mut row = vec![
         text("C"),
-        text(&c.user),
-        text(&c.database),
+        text(&*c.user),
+        text(&*c.database),
         text("none"),
         text(state),
         addr,
@@ -478,7 +481,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
         link,
         int(0),
         text(""),
-        text(&c.application_name),
+        text(&*c.application_name),
         int(0),
         int(c.key.pid),
     ];
@@ -490,8 +493,8 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
 
 /// A console session, as PgBouncer shows its admin pool's clients.
 fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>) -> Vec<Value> {
-    let (addr, port) = split_addr(a.peer, ctx.listen_port);
-    let (laddr, lport) = split_addr(a.local, ctx.listen_port);
+    let (addr, port) = split_addr(&a.peer, ctx.listen_port);
+    let (laddr, lport) = split_addr(&a.local, ctx.listen_port);
     vec![
         text("C"),
         text(&a.user),
@@ -556,7 +559,7 @@ fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<V
         client.map(ptr),
         int(s.remote_pid()),
         text(""),
-        text(client.map(|c| c.application_name.as_str()).unwrap_or("")),
+        text(client.map(|c| &*c.application_name).unwrap_or("")),
         int(0),
         int(s.id),
     ];
@@ -606,7 +609,7 @@ pub fn clients(app: &App) -> RowSet {
     let mut rows: Vec<(String, Vec<Value>)> = Vec::new();
     for c in ordered_clients(&ctx) {
         rows.push((
-            c.database.clone(),
+            c.database.to_string(),
             client_row(&ctx, c, client_state(c), false),
         ));
     }
@@ -698,7 +701,7 @@ pub fn databases(app: &App) -> RowSet {
     names.extend(pools.iter().map(|p| p.database.clone()));
     let mut client_count: HashMap<String, usize> = HashMap::new();
     for c in CLIENTS.snapshot() {
-        *client_count.entry(c.database.clone()).or_default() += 1;
+        *client_count.entry(c.database.to_string()).or_default() += 1;
     }
     let mut rows = vec![(
         ADMIN_DB.to_owned(),
@@ -774,7 +777,7 @@ fn user_names(app: &App, snap: &Snapshot) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = snap.auth_file.keys().cloned().collect();
     names.extend(snap.config.users.keys().cloned());
     names.extend(app.all_pools().iter().map(|p| p.user.clone()));
-    names.extend(CLIENTS.snapshot().iter().map(|c| c.user.clone()));
+    names.extend(CLIENTS.snapshot().iter().map(|c| c.user.to_string()));
     names.insert(ADMIN_DB.to_owned());
     names
 }
@@ -807,7 +810,7 @@ pub fn users(app: &App) -> RowSet {
                 c.active + c.idle + c.connecting
             })
             .sum();
-        let mut client_conns = clients.iter().filter(|c| c.user == name).count();
+        let mut client_conns = clients.iter().filter(|c| *c.user == *name).count();
         if name == ADMIN_DB {
             client_conns += sessions::count();
         }

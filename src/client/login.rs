@@ -85,7 +85,7 @@ pub async fn login(
     app: &App,
     stream: &mut Stream,
     buf: &mut BytesMut,
-    peer: crate::stream::Endpoint,
+    peer: &crate::stream::Endpoint,
 ) -> Result<Outcome, Box<Refusal>> {
     let (minor, payload) = loop {
         let payload = match read_startup_packet(stream, buf, MAX_STARTUP_PACKET).await {

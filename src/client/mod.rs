@@ -79,7 +79,8 @@ pub struct Session {
     exchange: Exchange,
     shutting_down: bool,
     client: ClientHandle,
-    pool: Arc<Pool>,
+    /// Counted in the pool's clients for as long as the session lives.
+    pool: PoolMember,
     /// Traffic counted since the last transaction ended, added to the pool's stats then.
     delta: Delta,
     query_started: Option<Instant>,
@@ -87,19 +88,39 @@ pub struct Session {
     /// When the client last became idle with a server lent (for idle_transaction_timeout).
     idle_since: Instant,
     timeouts: Timeouts,
-    /// One timer, re-armed as the deadline that matters changes.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// server_fast_close: in session mode, give up a server whose connection settings a
     /// reload changed as soon as its transaction ends.
     fast_close: bool,
-    /// Only for SCRAM logins; boxed, since most clients have none.
-    scram_keys: Option<Box<Credential>>,
     log_disconnections: bool,
-    /// Held for their Drop: the client's places in the global, per-pool and per-db/user
-    /// client counts.
-    _counts: (ClientCount, PoolMember, Option<Box<ClientSlots>>),
+    /// Held for its Drop: the client's place in the global client count.
+    _count: ClientCount,
+    /// What few sessions keep for long; None for most once they are welcomed.
+    extras: Option<Box<Extras>>,
+}
+
+/// What only some sessions need, or need only at first: boxed together, so that the
+/// others carry one pointer for all of it (an idle client is counted in bytes, see
+/// `park`).
+#[derive(Default)]
+struct Extras {
     /// What the client asked for at startup, until the welcome has used it.
-    requested: ParamSet,
+    requested: Option<ParamSet>,
+    /// Only for SCRAM logins.
+    scram_keys: Option<Credential>,
+    /// One timer for the relay's timeouts, re-armed as the deadline that matters changes.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Held for their Drop: the client's places in max_db_client_connections and
+    /// max_user_client_connections.
+    _slots: Option<ClientSlots>,
+}
+
+impl Extras {
+    fn is_empty(&self) -> bool {
+        self.requested.is_none()
+            && self.scram_keys.is_none()
+            && self.timer.is_none()
+            && self._slots.is_none()
+    }
 }
 
 /// The client-side timeouts of PgBouncer, in milliseconds, 0 where disabled: every
@@ -173,6 +194,13 @@ type ClientSlots = (Option<ClientSlot>, Option<ClientSlot>);
 /// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
 struct PoolMember(Arc<Pool>);
 
+impl std::ops::Deref for PoolMember {
+    type Target = Arc<Pool>;
+    fn deref(&self) -> &Arc<Pool> {
+        &self.0
+    }
+}
+
 impl Drop for PoolMember {
     fn drop(&mut self) {
         self.0.clients.fetch_sub(1, Ordering::Relaxed);
@@ -211,7 +239,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
         return None;
     }
     let login_timeout = app.snapshot.load().config.general.client_login_timeout;
-    let attempt = login::login(app, &mut stream, &mut inbuf, peer);
+    let attempt = login::login(app, &mut stream, &mut inbuf, &peer);
     let outcome = if login_timeout.is_zero() {
         attempt.await
     } else {
@@ -255,7 +283,6 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
         requested.get("application_name").unwrap_or(""),
     );
     pool.clients.fetch_add(1, Ordering::Relaxed);
-    let member = PoolMember(pool.clone());
     let snap = app.snapshot.load_full();
     let no_entry = weir_config::Database::default();
     let mode = snap.pool_mode(
@@ -277,22 +304,21 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
         exchange: Exchange::fresh(),
         shutting_down: false,
         client: handle,
-        pool,
+        pool: PoolMember(pool),
         delta: Delta::default(),
         query_started: None,
         xact_started: None,
         idle_since: Instant::now(),
         timeouts: Timeouts::from_config(general, snap.config.users.get(&user)),
-        timer: None,
         fast_close: general.server_fast_close,
-        scram_keys: scram_keys.map(Box::new),
         log_disconnections: general.log_disconnections,
-        requested,
-        _counts: (
-            count,
-            member,
-            (_slots.0.is_some() || _slots.1.is_some()).then(|| Box::new(_slots)),
-        ),
+        _count: count,
+        extras: Some(Box::new(Extras {
+            requested: Some(requested),
+            scram_keys,
+            timer: None,
+            _slots: (_slots.0.is_some() || _slots.1.is_some()).then_some(_slots),
+        })),
     };
     Some(session)
 }
@@ -599,7 +625,7 @@ impl Session {
             return Ok(lease);
         }
         let pool = self.pool.clone();
-        let keys = self.scram_keys.as_deref().cloned();
+        let keys = self.scram_keys();
         Box::pin(self.wait_for_server(&pool, &keys)).await
     }
 
@@ -694,9 +720,14 @@ impl Session {
     /// Sends the client the parameters and key that end its login. The parameters come
     /// from the pool's first server (one is opened now if there is none yet).
     async fn welcome(&mut self) -> Result<Option<Lease>, PgError> {
-        let requested = std::mem::take(&mut self.requested);
+        let requested = self
+            .extras
+            .as_mut()
+            .and_then(|e| e.requested.take())
+            .unwrap_or_default();
+        self.trim_extras();
         let pool = self.pool.clone();
-        let scram_keys = self.scram_keys.as_deref().cloned();
+        let scram_keys = self.scram_keys();
         let mut lease = None;
         let welcome = match pool.welcome() {
             Some(w) => w,
@@ -725,6 +756,17 @@ impl Session {
             }
         }
         Ok(lease)
+    }
+
+    fn scram_keys(&self) -> Option<Credential> {
+        self.extras.as_ref().and_then(|e| e.scram_keys.clone())
+    }
+
+    /// Drops the extras once nothing is left in them.
+    fn trim_extras(&mut self) {
+        if self.extras.as_ref().is_some_and(|e| e.is_empty()) {
+            self.extras = None;
+        }
     }
 
     /// Marks the pair linked, for cancel requests and the admin console.

@@ -6,8 +6,8 @@
 //! client idle for about a second is parked: its task ends, the session stays boxed here,
 //! and its socket waits in one epoll set of the whole process, watched by one task on the
 //! main thread. When the client sends something or hangs up, is killed, times out
-//! (client_idle_timeout) or a shutdown begins, the session gets a new task on the worker it
-//! came from and carries on where it stopped.
+//! (client_idle_timeout) or a shutdown begins, the session gets a new task on a worker and
+//! carries on where it stopped.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -21,31 +21,24 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use super::Session;
-use crate::stream::{StdSocket, Stream};
 
 /// Sessions woken per epoll_wait.
 const BATCH: usize = 256;
-
-struct Parked {
-    session: Box<Session>,
-    socket: StdSocket,
-    /// The worker the session ran on, where it resumes.
-    home: usize,
-}
 
 struct Lot {
     epoll: OwnedFd,
     /// Clients parked so far, to notice when a burst of parking has ended.
     parks: AtomicU64,
-    /// By the client's cancel-key pid, unique among logged-in clients.
-    parked: Mutex<HashMap<u32, Parked>>,
+    /// By the client's cancel-key pid, unique among logged-in clients. The session keeps
+    /// its socket (Stream::Parked).
+    parked: Mutex<HashMap<u32, Box<Session>>>,
     /// Clients whose signals (KILL, STOP) fired while parked.
     signalled: Mutex<Vec<u32>>,
     watcher: AtomicWaker,
 }
 
 impl Lot {
-    fn parked(&self) -> MutexGuard<'_, HashMap<u32, Parked>> {
+    fn parked(&self) -> MutexGuard<'_, HashMap<u32, Box<Session>>> {
         self.parked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -125,28 +118,23 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     let info = session.client.0.clone();
     let pid = info.key.pid;
     // Buffers go back to this worker's free list; a parked client holds none.
-    session.timer = None;
+    if let Some(extras) = &mut session.extras {
+        extras.timer = None;
+    }
+    session.trim_extras();
     crate::bufpool::park(&mut session.inbuf);
     crate::bufpool::park(&mut session.outbuf);
-    let socket = match session.stream.detach() {
-        Ok(s) => s,
+    let fd = match session.stream.park() {
+        Ok(fd) => fd,
         Err(e) => {
             // The socket is gone from the session: it cannot go on.
             tracing::warn!(client = %info.peer, "could not park an idle client: {e}");
             return Ok(());
         }
     };
-    let fd = socket.as_raw_fd();
     lot.parks.fetch_add(1, Ordering::Relaxed);
-    info.set_waker(&waker_for(pid));
-    lot.parked().insert(
-        pid,
-        Parked {
-            session,
-            socket,
-            home: crate::workers::current(),
-        },
-    );
+    info.set_parked(&waker_for(pid));
+    lot.parked().insert(pid, session);
     if let Err(e) = lot.epoll_ctl(libc::EPOLL_CTL_ADD, fd, pid) {
         tracing::warn!(client = %info.peer, "could not watch a parked client: {e}");
         lot.signal(pid);
@@ -157,25 +145,22 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     Ok(())
 }
 
-/// Gives a parked session a task again.
+/// Gives a parked session a task again, on a worker chosen by its pid (the socket is
+/// registered anew wherever it goes, so any worker will do).
 fn resume(lot: &Lot, pid: u32) {
-    let Some(parked) = lot.parked().remove(&pid) else {
+    let Some(mut session) = lot.parked().remove(&pid) else {
         return;
     };
-    let Parked {
-        mut session,
-        socket,
-        home,
-    } = parked;
+    session.client.0.set_unparked();
     // Off the lot's set before the socket is closed or registered elsewhere. It may
     // already be off (a failed add); nothing to undo then.
-    let _ = lot.epoll_ctl(libc::EPOLL_CTL_DEL, socket.as_raw_fd(), pid);
-    crate::workers::spawn_on(home, async move {
-        match Stream::attach(socket) {
-            Ok(stream) => {
-                session.stream = stream;
-                super::run_session(session, true).await;
-            }
+    if let Some(fd) = session.stream.parked_fd() {
+        let _ = lot.epoll_ctl(libc::EPOLL_CTL_DEL, fd, pid);
+    }
+    let worker = pid as usize % crate::workers::count().max(1);
+    crate::workers::spawn_on(worker, async move {
+        match session.stream.unpark() {
+            Ok(()) => super::run_session(session, true).await,
             Err(e) => {
                 let c = &session.client.0;
                 tracing::warn!(client = %c.peer, "could not resume a parked client: {e}");
@@ -239,8 +224,7 @@ pub async fn watch() {
                 reclaim.tick(lot.parks.load(Ordering::Relaxed));
                 // client_idle_timeout keeps counting while a client is parked.
                 let now = Instant::now();
-                wake.extend(lot.parked().iter().filter_map(|(pid, p)| {
-                    let s = &p.session;
+                wake.extend(lot.parked().iter().filter_map(|(pid, s)| {
                     let limit = s.timeouts.client_idle()?;
                     (now >= s.idle_since + limit).then_some(*pid)
                 }));
@@ -256,12 +240,16 @@ pub async fn watch() {
 /// freed pages until the thread that freed them allocates again past a delay; a worker
 /// whose clients all went idle does not, so its resident size would stay at its busiest.
 /// Each worker is asked to collect once a burst of parking has ended (no parks for a
-/// second), or every ten seconds while clients keep being parked.
+/// second), or every ten seconds while clients keep being parked; and once more three
+/// seconds later, for what the runtime frees after the tasks end (readiness records are
+/// released on the worker's next turn, task cells when the last waker is dropped).
 #[derive(Default)]
 struct Reclaim {
     parks_seen: u64,
     parks_collected: u64,
     last: Option<Instant>,
+    /// Ticks until the follow-up collection; 0 when none is due.
+    again_in: u8,
 }
 
 impl Reclaim {
@@ -271,16 +259,25 @@ impl Reclaim {
             .last
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
         self.parks_seen = parks;
-        if parks == self.parks_collected || !(settled || overdue) {
-            return;
+        if parks != self.parks_collected && (settled || overdue) {
+            self.parks_collected = parks;
+            self.last = Some(Instant::now());
+            self.again_in = 3;
+            collect_on_workers();
+        } else if self.again_in > 0 {
+            self.again_in -= 1;
+            if self.again_in == 0 {
+                collect_on_workers();
+            }
         }
-        self.parks_collected = parks;
-        self.last = Some(Instant::now());
-        for worker in 0..crate::workers::count() {
-            crate::workers::spawn_on(worker, async {
-                // SAFETY: takes no pointers; collects the calling thread's heap.
-                unsafe { libmimalloc_sys::mi_collect(true) };
-            });
-        }
+    }
+}
+
+fn collect_on_workers() {
+    for worker in 0..crate::workers::count() {
+        crate::workers::spawn_on(worker, async {
+            // SAFETY: takes no pointers; collects the calling thread's heap.
+            unsafe { libmimalloc_sys::mi_collect(true) };
+        });
     }
 }

@@ -242,6 +242,8 @@ impl Session {
         let (at, err) = self.deadline()?;
         let at = tokio::time::Instant::from_std(at);
         let timer = self
+            .extras
+            .get_or_insert_with(Box::default)
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         if timer.deadline() != at {

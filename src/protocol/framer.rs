@@ -9,12 +9,14 @@ use std::ops::Range;
 
 use super::HEADER_LEN;
 
+/// 32-bit offsets: every client's session holds two framers, and neither a buffer (the
+/// relay stops reading at 256 kB) nor a message (at most 1 GB) comes near 4 GB.
 #[derive(Debug, Default)]
 pub struct Framer {
     /// Bytes of the buffer before this offset have been framed and may be forwarded.
-    scanned: usize,
+    scanned: u32,
     /// Bytes of the current message's body that have not arrived yet.
-    skip: usize,
+    skip: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,57 @@ pub enum FrameError {
 impl Framer {
     /// Frames the next message of `buf`, or returns None when more bytes are needed.
     pub fn next(
+        &mut self,
+        buf: &[u8],
+        max_len: usize,
+        wants_body: impl Fn(u8) -> bool,
+    ) -> Result<Option<Frame>, FrameError> {
+        let mut at = Offsets {
+            scanned: self.scanned as usize,
+            skip: self.skip as usize,
+        };
+        let frame = at.next(buf, max_len, wants_body);
+        self.scanned = at.scanned as u32;
+        self.skip = at.skip as u32;
+        frame
+    }
+
+    /// How many leading bytes of the buffer are framed and may be forwarded.
+    pub fn scanned(&self) -> usize {
+        self.scanned as usize
+    }
+
+    /// True between messages: nothing of a started message is still to come.
+    pub fn at_boundary(&self) -> bool {
+        self.skip == 0
+    }
+
+    /// The caller removed `n` bytes from the front of the buffer.
+    pub fn consumed(&mut self, n: usize) {
+        debug_assert!(n <= self.scanned as usize);
+        self.scanned -= (n as u32).min(self.scanned);
+    }
+
+    /// The caller cut the buffer at a frame's start (dropping that message and what follows).
+    pub fn truncate(&mut self, at: usize) {
+        self.scanned = at as u32;
+        self.skip = 0;
+    }
+
+    /// Forgets everything, for a buffer that was cleared.
+    pub fn reset(&mut self) {
+        *self = Framer::default();
+    }
+}
+
+/// The framer's state in native width while it works.
+struct Offsets {
+    scanned: usize,
+    skip: usize,
+}
+
+impl Offsets {
+    fn next(
         &mut self,
         buf: &[u8],
         max_len: usize,
@@ -83,33 +136,6 @@ impl Framer {
             start,
             body: None,
         }))
-    }
-
-    /// How many leading bytes of the buffer are framed and may be forwarded.
-    pub fn scanned(&self) -> usize {
-        self.scanned
-    }
-
-    /// True between messages: nothing of a started message is still to come.
-    pub fn at_boundary(&self) -> bool {
-        self.skip == 0
-    }
-
-    /// The caller removed `n` bytes from the front of the buffer.
-    pub fn consumed(&mut self, n: usize) {
-        debug_assert!(n <= self.scanned);
-        self.scanned -= n.min(self.scanned);
-    }
-
-    /// The caller cut the buffer at a frame's start (dropping that message and what follows).
-    pub fn truncate(&mut self, at: usize) {
-        self.scanned = at;
-        self.skip = 0;
-    }
-
-    /// Forgets everything, for a buffer that was cleared.
-    pub fn reset(&mut self) {
-        *self = Framer::default();
     }
 }
 

@@ -1,7 +1,7 @@
 //! Logged-in clients: their cancel key, where they are, what they are doing.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -56,11 +56,12 @@ const PARK_AFTER_ROUNDS: u8 = 5;
 #[derive(Debug)]
 pub struct ClientInfo {
     pub key: BackendKey,
-    pub user: String,
-    pub database: String,
+    /// Names shared by the clients that give the same (see `shared_name`).
+    pub user: Arc<str>,
+    pub database: Arc<str>,
     pub peer: Endpoint,
     pub local: Endpoint,
-    pub application_name: String,
+    pub application_name: Arc<str>,
     pub connect_time: u64,
     state: AtomicU8,
     /// Janitor rounds that saw the client idle since it last had a server.
@@ -80,7 +81,33 @@ pub struct ClientInfo {
     /// The client's task, woken when a signal is set. Registering is a compare-and-swap,
     /// cheap enough for every poll of the task; a Notify locked a mutex each time.
     waker: AtomicWaker,
-    kill_reason: OnceLock<&'static str>,
+    /// Why the admin console killed the client (KillReason), 0 until then.
+    kill_reason: AtomicU8,
+}
+
+/// Why the admin console disconnects a client: what the client is told.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+pub enum KillReason {
+    DatabaseRemoved = 1,
+    AdminForced = 2,
+}
+
+impl KillReason {
+    fn from_code(code: u8) -> Option<KillReason> {
+        match code {
+            1 => Some(KillReason::DatabaseRemoved),
+            2 => Some(KillReason::AdminForced),
+            _ => None,
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            KillReason::DatabaseRemoved => "database removed",
+            KillReason::AdminForced => "admin forced disconnect",
+        }
+    }
 }
 
 impl ClientInfo {
@@ -109,8 +136,11 @@ impl ClientInfo {
     }
 
     /// Asks the client's session to disconnect it, telling it `reason`.
-    pub fn kill(&self, reason: &'static str) {
-        let _ = self.kill_reason.set(reason);
+    pub fn kill(&self, reason: KillReason) {
+        // The first reason given is the one told.
+        let _ =
+            self.kill_reason
+                .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Relaxed);
         self.raise(KILL);
     }
 
@@ -143,7 +173,8 @@ impl ClientInfo {
     /// Resolves once the client was killed, with the reason to tell it.
     pub async fn killed(&self) -> &'static str {
         self.any_of(KILL).await;
-        self.kill_reason.get().copied().unwrap_or("killed")
+        KillReason::from_code(self.kill_reason.load(Ordering::Acquire))
+            .map_or("killed", KillReason::message)
     }
 
     fn end_wait(&self) {
@@ -213,9 +244,16 @@ impl ClientInfo {
         self.signals.load(Ordering::Acquire) & (STOP | KILL) != 0
     }
 
-    /// Makes signals wake `waker` (a parked client's) instead of the client's last task.
-    pub fn set_waker(&self, waker: &std::task::Waker) {
+    /// The client is parked: signals wake `waker` (the lot's) instead of the client's last
+    /// task, and the janitor stops counting its idle rounds (a PARK would only wake it).
+    pub fn set_parked(&self, waker: &std::task::Waker) {
+        self.idle_rounds.store(u8::MAX, Ordering::Relaxed);
         self.waker.register(waker);
+    }
+
+    /// The client has a task again: the idle count starts over.
+    pub fn set_unparked(&self) {
+        self.idle_rounds.store(0, Ordering::Relaxed);
     }
 
     pub fn set_active(&self, target: CancelTarget) {
@@ -233,6 +271,27 @@ impl ClientInfo {
         self.wait_since.store(0, Ordering::Relaxed);
         self.state.store(ClientState::Idle as u8, Ordering::Relaxed);
     }
+}
+
+/// Distinct names kept for sharing; past this many, new names get their own copy (a
+/// client chooses its application_name, so the set must not grow without bound).
+const SHARED_NAMES_MAX: usize = 4096;
+
+/// One copy of each user, database and application name for all the clients that use it:
+/// thousands of clients have a handful of names between them, and an idle client is
+/// counted in bytes (client::park).
+fn shared_name(name: &str) -> Arc<str> {
+    static NAMES: LazyLock<Mutex<std::collections::HashSet<Arc<str>>>> =
+        LazyLock::new(Mutex::default);
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(shared) = names.get(name) {
+        return shared.clone();
+    }
+    let name: Arc<str> = Arc::from(name);
+    if names.len() < SHARED_NAMES_MAX {
+        names.insert(name.clone());
+    }
+    name
 }
 
 /// A client's registration; dropping it removes the client (and its cancel key).
@@ -254,11 +313,11 @@ impl ClientHandle {
                     pid,
                     secret: rand::random(),
                 },
-                user: user.to_owned(),
-                database: database.to_owned(),
+                user: shared_name(user),
+                database: shared_name(database),
                 peer,
                 local,
-                application_name: application_name.to_owned(),
+                application_name: shared_name(application_name),
                 connect_time: now_micros(),
                 state: AtomicU8::new(ClientState::Idle as u8),
                 idle_rounds: AtomicU8::new(0),
@@ -269,7 +328,7 @@ impl ClientHandle {
                 give_up_at: AtomicU64::new(0),
                 signals: AtomicU8::new(0),
                 waker: AtomicWaker::new(),
-                kill_reason: OnceLock::new(),
+                kill_reason: AtomicU8::new(0),
             },
         );
         ClientHandle(info)
