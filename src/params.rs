@@ -47,6 +47,20 @@ impl ParamSet {
         self.0.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when this set holds exactly `base` with `over`'s values set on top of it, in
+    /// whatever order: the check without building that set (and its strings).
+    pub fn is_overlay(&self, base: &ParamSet, over: &ParamSet) -> bool {
+        let added = over.iter().filter(|(k, _)| base.get(k).is_none()).count();
+        self.len() == base.len() + added
+            && self
+                .iter()
+                .all(|(k, v)| over.get(k).or_else(|| base.get(k)) == Some(v))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -64,6 +78,33 @@ impl ParamSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlay() {
+        let mut base = ParamSet::default();
+        base.set("TimeZone", "UTC");
+        base.set("application_name", "");
+        let mut over = ParamSet::default();
+        over.set("application_name", "app");
+        over.set("DateStyle", "ISO");
+        let mut built = base.clone();
+        for (k, v) in over.iter() {
+            built.set(k, v);
+        }
+        assert!(built.is_overlay(&base, &over));
+        let mut reordered = ParamSet::default();
+        reordered.set("DateStyle", "ISO");
+        reordered.set("application_name", "app");
+        reordered.set("TimeZone", "UTC");
+        assert!(reordered.is_overlay(&base, &over));
+        assert!(!base.is_overlay(&base, &over));
+        let mut other = built.clone();
+        other.set("TimeZone", "Asia/Tokyo");
+        assert!(!other.is_overlay(&base, &over));
+        other = built.clone();
+        other.set("IntervalStyle", "iso_8601");
+        assert!(!other.is_overlay(&base, &over));
+    }
 
     #[test]
     fn set_and_apply_status() {

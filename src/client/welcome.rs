@@ -53,7 +53,6 @@ impl Welcome {
             out.extend_from_slice(&self.wire);
             return self.tracked.clone();
         }
-        let mut wanted = (*self.tracked).clone();
         let mut start = 0;
         for ((k, v), &end) in self.params.iter().zip(&self.ends) {
             match requested.get(k) {
@@ -67,16 +66,22 @@ impl Welcome {
                 messages::parameter_status(out, k, v);
             }
         }
-        for (k, v) in requested.iter() {
-            wanted.set(k, v);
-        }
-        self.intern(wanted)
+        self.intern(requested)
     }
 
-    fn intern(&self, set: ParamSet) -> Arc<ParamSet> {
+    /// The shared set of the tracked parameters with the client's own values: found
+    /// without building it (a dozen strings per login) unless it is new.
+    fn intern(&self, requested: &ParamSet) -> Arc<ParamSet> {
         let mut interned = self.interned.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(shared) = interned.iter().find(|s| ***s == set) {
+        if let Some(shared) = interned
+            .iter()
+            .find(|s| s.is_overlay(&self.tracked, requested))
+        {
             return shared.clone();
+        }
+        let mut set = (*self.tracked).clone();
+        for (k, v) in requested.iter() {
+            set.set(k, v);
         }
         let set = Arc::new(set);
         if interned.len() < MAX_INTERNED {
