@@ -117,7 +117,8 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     };
     let info = session.client.0.clone();
     let pid = info.key.pid;
-    // Buffers go back to this worker's free list; a parked client holds none.
+    // No timer (it belongs to this worker's runtime) and no buffers (they go back to this
+    // worker's free list): a parked client holds neither.
     if let Some(extras) = &mut session.extras {
         extras.timer = None;
     }
