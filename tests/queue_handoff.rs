@@ -158,3 +158,34 @@ async fn many_queued_clients_each_get_their_own_results() {
             .unwrap();
     }
 }
+
+/// Time spent in the queue counts as wait time, not as query time, whether or not the
+/// request went ahead (here it cannot: the two clients' parameters differ).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_wait_is_not_counted_as_query_time() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg);
+    let a = connect_as(&weir, "client_a", "UTC").await;
+    let b = connect_as(&weir, "client_b", "Asia/Tokyo").await;
+    q(&a, "begin").await.unwrap();
+    let b_task = tokio::spawn(async move { q1(&b, "show application_name").await });
+    assert!(eventually(TIMEOUT, || waiting(&weir) == 1));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    q(&a, "commit").await.unwrap();
+    assert_eq!(b_task.await.unwrap(), "client_b");
+    let stats = psql_via(&weir, "pgbouncer", "postgres", "SHOW STATS").unwrap();
+    let row: Vec<i64> = stats
+        .lines()
+        .find(|l| l.starts_with("postgres|"))
+        .unwrap_or_else(|| panic!("no stats for postgres in {stats}"))
+        .split('|')
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let (query_us, wait_us) = (row[6], row[7]);
+    assert!(wait_us >= 1_000_000, "wait time {wait_us} us");
+    assert!(
+        query_us < 1_000_000,
+        "the queue wait was counted as query time: {query_us} us of queries (wait {wait_us} us)"
+    );
+}

@@ -440,10 +440,7 @@ impl Session {
         if let Err(e) = self.sync_params(&mut held).await {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
-        let sent = std::mem::take(&mut held.sent_ahead);
-        if sent > 0 {
-            self.sent_ahead(sent);
-        }
+        self.start_on_server(std::mem::take(&mut held.sent_ahead));
         self.lend(&held);
         let event = self.relay(&mut held).await;
         self.client.0.set_idle();

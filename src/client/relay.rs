@@ -96,13 +96,19 @@ impl Session {
         })
     }
 
-    /// The releaser of the server sent the first `n` bytes of the request: they are
-    /// forwarded as far as this client is concerned. The request's clocks start now, not
-    /// when it was framed in the queue (the wait is counted apart).
-    pub fn sent_ahead(&mut self, n: usize) {
-        self.inbuf.advance(n);
-        self.cframe.consumed(n);
-        self.delta.received += n as u64;
+    /// The request starts on the server it was lent: the first `sent_ahead` bytes were
+    /// already written there by the task that released it, so they count as forwarded;
+    /// and a request framed while queueing has its clocks started now, not when it was
+    /// framed (the wait is counted apart, as wait time).
+    pub fn start_on_server(&mut self, sent_ahead: usize) {
+        if sent_ahead > 0 {
+            self.inbuf.advance(sent_ahead);
+            self.cframe.consumed(sent_ahead);
+            self.delta.received += sent_ahead as u64;
+        }
+        if self.query_started.is_none() && self.xact_started.is_none() {
+            return;
+        }
         let now = Instant::now();
         if self.query_started.is_some() {
             self.query_started = Some(now);
