@@ -145,10 +145,7 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         match self.take_late_grant() {
             // The server holds a request of a waiter that has gone: not reusable.
-            Some(Grant::Server(conn)) if conn.sent_ahead > 0 => {
-                self.pool.lock().total -= 1;
-                self.pool.closed_idle(*conn);
-            }
+            Some(Grant::Server(conn)) if conn.sent_ahead > 0 => self.pool.close_lent(*conn),
             Some(Grant::Server(conn)) => self.pool.checkin(conn),
             Some(Grant::Connect) => self.pool.abandon_slot(),
             None => {}

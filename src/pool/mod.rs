@@ -503,9 +503,8 @@ impl Pool {
                 Err(Grant::Server(c)) if c.sent_ahead > 0 => {
                     // The waiter left as its request went: the server owes an answer nobody
                     // reads, so it cannot be pooled.
-                    st.total -= 1;
                     drop(st);
-                    self.closed_idle(*c);
+                    self.close_lent(*c);
                     return;
                 }
                 Err(Grant::Server(c)) => conn = c,
@@ -521,6 +520,12 @@ impl Pool {
         tokio::spawn(conn.terminate());
         self.settings().limits.release();
         self.grant_free_slots();
+    }
+
+    /// Closes a server counted as lent (one that may not go back to the pool).
+    fn close_lent(&self, conn: ServerConn) {
+        self.forget();
+        tokio::spawn(conn.terminate());
     }
 
     /// A lent or granted slot is gone (its server closed, or its connect failed).
