@@ -44,7 +44,7 @@ pub async fn send(target: CancelTarget) {
             }
         }
     };
-    match tokio::time::timeout(Duration::from_secs(10), send).await {
+    match crate::timers::timeout(Duration::from_secs(10), send).await {
         Ok(Ok(())) => tracing::debug!(server = %target.addr, "forwarded cancel request"),
         Ok(Err(e)) => {
             tracing::warn!(server = %target.addr, "could not forward cancel request: {e}")

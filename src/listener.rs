@@ -223,6 +223,7 @@ pub async fn run(app: Arc<App>, listener: Listener) {
     loop {
         let tcp = crate::tcp_options::TcpOptions::from_config(&app.snapshot.load().config.general);
         let accepted = tokio::select! {
+            biased;
             _ = app.shutdown.cancelled() => return,
             r = accept(&listener, &tcp) => r,
         };
@@ -233,7 +234,7 @@ pub async fn run(app: Arc<App>, listener: Listener) {
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                crate::timers::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
     }

@@ -20,6 +20,7 @@ mod server;
 mod stats;
 mod stream;
 mod tcp_options;
+mod timers;
 mod workers;
 
 use std::process::ExitCode;
@@ -185,11 +186,15 @@ async fn serve(
         return ExitCode::FAILURE;
     };
     workers::set_main_runtime(tokio::runtime::Handle::current());
+    timers::set_home(tokio::runtime::Handle::current());
     let app = App::new(config_path, snap);
     admin::start(&app);
     tokio::spawn(async {
         // Granularity of query_wait_notify and query_wait_timeout.
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let mut tick = timers::interval(
+            Duration::from_millis(250),
+            timers::MissedTickBehavior::Burst,
+        );
         loop {
             tick.tick().await;
             registry::clients::enforce_waits();
@@ -243,7 +248,7 @@ async fn serve(
             break;
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = crate::timers::sleep(Duration::from_millis(50)) => {}
             _ = term.recv() => {
                 tracing::info!("got SIGTERM during shutdown, fast exit");
                 return ExitCode::SUCCESS;

@@ -73,8 +73,9 @@ pub fn start(app: &Arc<App>, per_worker: Vec<Vec<StdListener>>) -> io::Result<()
     let mut runtimes = Vec::new();
     for _ in 0..per_worker.len() {
         runtimes.push(
+            // No time driver: timers are armed in the main runtime (see `timers`).
             tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
                 .build()?,
         );
     }

@@ -227,7 +227,7 @@ fn busy_servers(pools: &[Arc<Pool>]) -> usize {
 /// Polls until `done` holds; PAUSE and WAIT_CLOSE answer only then, as in PgBouncer.
 async fn wait_until(mut done: impl FnMut() -> bool) {
     while !done() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        crate::timers::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -52,7 +52,7 @@ pub fn start(app: &Arc<App>) {
                     period
                 };
                 tokio::select! {
-                    _ = tokio::time::sleep(period) => {}
+                    _ = crate::timers::sleep(period) => {}
                     _ = app.shutdown.cancelled() => return,
                 }
                 refresh(&app);

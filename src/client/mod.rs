@@ -108,7 +108,7 @@ struct Extras {
     /// Only for SCRAM logins.
     scram_keys: Option<Credential>,
     /// One timer for the relay's timeouts, re-armed as the deadline that matters changes.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    timer: Option<Pin<Box<crate::timers::Sleep>>>,
     /// Held for their Drop: the client's places in max_db_client_connections and
     /// max_user_client_connections.
     _slots: Option<ClientSlots>,
@@ -243,7 +243,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
     let outcome = if login_timeout.is_zero() {
         attempt.await
     } else {
-        tokio::time::timeout(login_timeout, attempt)
+        crate::timers::timeout(login_timeout, attempt)
             .await
             .unwrap_or_else(|_| Err(PgError::fatal("08P01", "client_login_timeout").into()))
     };
@@ -328,15 +328,18 @@ impl Session {
     /// was doing (a lent server is closed with it). True when it stopped to be parked.
     async fn main(&mut self, resumed: bool) -> bool {
         let info = self.client.0.clone();
+        // Biased: a random start costs a random number on every poll of every client, and
+        // the kill check (one atomic) goes first so that a busy session still sees it.
         let reason = tokio::select! {
-            r = self.run(resumed) => match r {
-                Some(r) => r,
-                None => return true,
-            },
+            biased;
             why = info.killed() => {
                 refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
                 why.to_owned()
             }
+            r = self.run(resumed) => match r {
+                Some(r) => r,
+                None => return true,
+            },
         };
         self.flush_stats();
         if self.log_disconnections {
@@ -353,7 +356,7 @@ impl Session {
 }
 
 async fn refuse(stream: &mut Stream, error: &PgError) {
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+    let _ = crate::timers::timeout(Duration::from_secs(5), async {
         stream.write_all(&messages::error_response(error)).await?;
         stream.shutdown().await
     })
@@ -594,8 +597,14 @@ impl Session {
             let idle_limit = self
                 .timeouts
                 .client_idle()
-                .map(|d| Box::pin(tokio::time::sleep_until((self.idle_since + d).into())));
+                .map(|d| Box::pin(crate::timers::sleep_until(self.idle_since + d)));
+            // Biased, reading first: a client that sent something is not parked for it.
             tokio::select! {
+                biased;
+                r = self.read_more() => match r {
+                    Ok(0) | Err(_) => return Wake::Gone,
+                    Ok(_) => {}
+                },
                 signals = info.stopped_or_parking() => {
                     if signals & PARK != 0 {
                         info.take_park();
@@ -604,10 +613,6 @@ impl Session {
                         }
                     }
                 }
-                r = self.read_more() => match r {
-                    Ok(0) | Err(_) => return Wake::Gone,
-                    Ok(_) => {}
-                },
                 _ = async { match idle_limit { Some(t) => t.await, None => std::future::pending().await } } => {
                     return Wake::IdleTimeout;
                 }

@@ -186,8 +186,10 @@ pub async fn watch() {
             return;
         }
     };
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = crate::timers::interval(
+        Duration::from_secs(1),
+        crate::timers::MissedTickBehavior::Delay,
+    );
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; BATCH];
     let mut reclaim = Reclaim::default();
     let mut wake: Vec<u32> = Vec::new();

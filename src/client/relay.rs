@@ -246,12 +246,12 @@ impl Session {
     /// Arms the timer for the current deadline; returns the error when it has passed.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Option<PgError> {
         let (at, err) = self.deadline()?;
-        let at = tokio::time::Instant::from_std(at);
         let timer = self
             .extras
             .get_or_insert_with(Box::default)
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            .get_or_insert_with(|| Box::pin(crate::timers::sleep_until(at)));
+        let at = tokio::time::Instant::from_std(at);
         if timer.deadline() != at {
             timer.as_mut().reset(at);
         }
@@ -330,15 +330,16 @@ impl Session {
                     self.delta.queries += 1;
                     if x.pending == 0 {
                         x.answered = true;
-                        self.idle_since = Instant::now();
+                        let now = Instant::now();
+                        self.idle_since = now;
                         if let Some(t) = self.query_started.take() {
-                            let us = t.elapsed().as_micros() as u64;
+                            let us = now.saturating_duration_since(t).as_micros() as u64;
                             self.delta.query_time_us += us;
                             self.pool.stats.query_latency.observe(us);
                         }
                         if x.status == b'I' {
                             if let Some(t) = self.xact_started.take() {
-                                let us = t.elapsed().as_micros() as u64;
+                                let us = now.saturating_duration_since(t).as_micros() as u64;
                                 self.delta.xact_time_us += us;
                                 self.delta.xacts += 1;
                                 self.pool.stats.xact_latency.observe(us);

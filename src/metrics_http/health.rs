@@ -63,7 +63,7 @@ pub async fn probe(addr: &ServerAddr, ttl: Duration) -> Probe {
         return p;
     }
     let started = Instant::now();
-    let result = tokio::time::timeout(PROBE_TIMEOUT, connect(addr)).await;
+    let result = crate::timers::timeout(PROBE_TIMEOUT, connect(addr)).await;
     let error = match result {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(e.to_string()),

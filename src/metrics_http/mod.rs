@@ -117,8 +117,10 @@ pub fn start(app: &Arc<App>, listener: std::net::TcpListener) -> Result<(), Stri
 }
 
 async fn sample(state: Arc<State>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut tick = crate::timers::interval(
+        Duration::from_secs(1),
+        crate::timers::MissedTickBehavior::Skip,
+    );
     loop {
         tick.tick().await;
         let live = state.live();
@@ -137,7 +139,7 @@ async fn accept(state: Arc<State>, listener: tokio::net::TcpListener) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("http accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                crate::timers::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };

@@ -12,8 +12,7 @@ const PERIOD: Duration = Duration::from_secs(1);
 pub(super) fn spawn(pool: &Arc<Pool>) {
     let weak = Arc::downgrade(pool);
     crate::workers::spawn_background(async move {
-        let mut tick = tokio::time::interval(PERIOD);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::timers::interval(PERIOD, crate::timers::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(pool) = Weak::upgrade(&weak) else {

@@ -260,9 +260,10 @@ impl Pool {
             let mut st = self.lock();
             let i = pick_idle(&st.idle, &settings)?;
             let s = &st.idle[i];
+            let now = Instant::now();
             let check_due = settings.server_check_query.is_some()
-                && s.idle_since.elapsed() >= settings.server_check_delay;
-            if check_due || self.expired(s, &settings) {
+                && now.saturating_duration_since(s.idle_since) >= settings.server_check_delay;
+            if check_due || self.expired(s, &settings, now) {
                 return None;
             }
             st.idle.remove(i)?
@@ -302,7 +303,7 @@ impl Pool {
             };
             let got = match wake {
                 None => waiting.rx().await.ok(),
-                Some(at) => match tokio::time::timeout_at(at.into(), waiting.rx()).await {
+                Some(at) => match crate::timers::timeout_at(at, waiting.rx()).await {
                     Ok(r) => r.ok(),
                     Err(_) => None,
                 },
@@ -409,7 +410,7 @@ impl Pool {
                 let me = self.clone();
                 let retry = settings.server_login_retry;
                 tokio::spawn(async move {
-                    tokio::time::sleep(retry).await;
+                    crate::timers::sleep(retry).await;
                     me.grant_free_slots();
                 });
                 Err(err)
@@ -428,7 +429,7 @@ impl Pool {
         loop {
             let i = pick_idle(&st.idle, settings)?;
             let s = st.idle.remove(i)?;
-            if self.expired(&s, settings) {
+            if self.expired(&s, settings, Instant::now()) {
                 st.total -= 1;
                 expired.push(s);
                 continue;
@@ -462,12 +463,12 @@ impl Pool {
         Slot::Granted
     }
 
-    fn expired(&self, s: &ServerConn, settings: &PoolSettings) -> bool {
+    fn expired(&self, s: &ServerConn, settings: &PoolSettings, now: Instant) -> bool {
         s.generation != settings.target.generation
             || (!settings.server_lifetime.is_zero()
-                && s.created.elapsed() >= settings.server_lifetime)
+                && now.saturating_duration_since(s.created) >= settings.server_lifetime)
             || (!settings.server_idle_timeout.is_zero()
-                && s.idle_since.elapsed() >= settings.server_idle_timeout)
+                && now.saturating_duration_since(s.idle_since) >= settings.server_idle_timeout)
     }
 
     /// Takes back a clean server: the longest waiter gets it, else it goes idle.
@@ -477,11 +478,12 @@ impl Pool {
         // of this pool wants it, close it so that the other pool can connect (checked
         // before taking this pool's lock, as it locks the other pools).
         let make_room = settings.limits.others_waiting(self);
+        let now = Instant::now();
         let mut st = self.lock();
         let oversize = st.total > settings.pool_size + settings.reserve_pool_size;
         if conn.generation != settings.target.generation
             || (!settings.server_lifetime.is_zero()
-                && conn.created.elapsed() >= settings.server_lifetime)
+                && now.saturating_duration_since(conn.created) >= settings.server_lifetime)
             || ((oversize || make_room) && st.waiters.is_empty())
         {
             st.total -= 1;
@@ -511,7 +513,7 @@ impl Pool {
                 Err(Grant::Connect) => return,
             }
         }
-        conn.idle_since = Instant::now();
+        conn.idle_since = now;
         st.idle.push_back(conn);
     }
 

@@ -72,7 +72,7 @@ pub async fn connect(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
 ) -> Result<ServerConn, ConnectError> {
-    match tokio::time::timeout(target.connect_timeout, connect_inner(target, scram_keys)).await {
+    match crate::timers::timeout(target.connect_timeout, connect_inner(target, scram_keys)).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout),
     }

@@ -167,7 +167,7 @@ impl ServerConn {
                 }
             }
         };
-        match tokio::time::timeout(timeout, work).await {
+        match crate::timers::timeout(timeout, work).await {
             Ok(r) => r,
             Err(_) => Err(ConnectError::Timeout),
         }
@@ -186,7 +186,7 @@ impl ServerConn {
     /// Closes politely: a Terminate lets PostgreSQL end the backend without logging an
     /// unexpected EOF.
     pub async fn terminate(mut self) {
-        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = crate::timers::timeout(Duration::from_secs(1), async {
             self.stream.write_all(b"X\0\0\0\x04").await?;
             self.stream.shutdown().await
         })
