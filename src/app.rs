@@ -19,16 +19,30 @@ use crate::server::{ServerAddr, ServerTarget};
 pub struct Snapshot {
     pub config: Config,
     pub auth_file: AuthFile,
+    /// The auth_file's secrets, parsed once here rather than at every login.
+    secrets: HashMap<String, Secret>,
 }
 
 impl Snapshot {
+    pub fn new(config: Config, auth_file: AuthFile) -> Snapshot {
+        let secrets = auth_file
+            .iter()
+            .map(|(user, text)| (user.clone(), Secret::parse(text)))
+            .collect();
+        Snapshot {
+            config,
+            auth_file,
+            secrets,
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let config = weir_config::load(path).map_err(|e| e.to_string())?;
         let auth_file = match &config.general.auth_file {
             Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
             None => AuthFile::default(),
         };
-        Ok(Snapshot { config, auth_file })
+        Ok(Snapshot::new(config, auth_file))
     }
 
     /// The database entry a client's database name resolves to, with the name PostgreSQL
@@ -41,8 +55,8 @@ impl Snapshot {
         Some((db, db.dbname.as_deref().unwrap_or(name)))
     }
 
-    pub fn secret(&self, user: &str) -> Option<Secret> {
-        self.auth_file.get(user).map(|s| Secret::parse(s))
+    pub fn secret(&self, user: &str) -> Option<&Secret> {
+        self.secrets.get(user)
     }
 
     pub fn pool_mode(&self, db: &Database, user: &str) -> PoolMode {
@@ -242,7 +256,7 @@ fn pool_settings(
     let user = snap.config.users.get(client_user);
     let secret = match (&db.user, &db.password) {
         (Some(_), Some(p)) => Some(Secret::parse(p)),
-        _ => snap.secret(server_user),
+        _ => snap.secret(server_user).cloned(),
     };
     let mut startup_params = Vec::new();
     for (name, value) in [

@@ -512,10 +512,7 @@ pub fn set(app: &App, key: &str, value: &str) -> Result<String, String> {
         tracing::warn!("SET {key}: {e}");
         return Err(failed());
     }
-    app.apply(Snapshot {
-        config,
-        auth_file: snap.auth_file.clone(),
-    });
+    app.apply(Snapshot::new(config, snap.auth_file.clone()));
     tracing::info!("SET {key} = {value}");
     Ok(format!("SET {key}={value}"))
 }

@@ -106,7 +106,7 @@ pub async fn login(
                     .map_err(|_| PgError::fatal("08006", "client gone"))?;
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
-                crate::cancel::forward(BackendKey { pid, secret }).await;
+                Box::pin(crate::cancel::forward(BackendKey { pid, secret })).await;
                 return Ok(Outcome::Cancel);
             }
             Ok(StartupPacket::Startup { minor, .. }) => break (minor, payload),
@@ -198,7 +198,7 @@ pub async fn login(
                 "not allowed to connect to the admin console",
             )));
         }
-        authenticate(&snap, stream, buf, &user, snap.secret(&user).as_ref())
+        authenticate(&snap, stream, buf, &user, snap.secret(&user))
             .await
             .map_err(refuse)?;
         let mut ok = BytesMut::new();
@@ -220,17 +220,16 @@ pub async fn login(
         return Err(refuse(e));
     }
 
-    let mut secret = snap.secret(&user);
-    let mut looked_up = false;
-    if secret.is_none() && !matches!(snap.config.general.auth_type, AuthType::Any) {
+    let mut looked_up = None;
+    if snap.secret(&user).is_none() && !matches!(snap.config.general.auth_type, AuthType::Any) {
         if let Some(src) = crate::auth_query::source(&snap, &database) {
-            secret = crate::auth_query::lookup(app, &snap, &src, &user)
+            looked_up = Box::pin(crate::auth_query::lookup(app, &snap, &src, &user))
                 .await
                 .map_err(refuse)?;
-            looked_up = secret.is_some();
         }
     }
-    let scram_keys = authenticate(&snap, stream, buf, &user, secret.as_ref())
+    let secret = snap.secret(&user).or(looked_up.as_ref());
+    let scram_keys = authenticate(&snap, stream, buf, &user, secret)
         .await
         .map_err(refuse)?;
     let g = &snap.config.general;
@@ -271,11 +270,11 @@ pub async fn login(
     if let Some(keys) = &scram_keys {
         pool.remember_scram(keys);
     }
-    if looked_up {
+    if let Some(s) = &looked_up {
         let forced_password = snap
             .resolve_database(&database)
             .is_some_and(|(db, _)| db.user.is_some() && db.password.is_some());
-        if let (false, Some(s)) = (forced_password, &secret) {
+        if !forced_password {
             pool.learn_secret(s);
         }
     }
@@ -340,11 +339,14 @@ async fn authenticate(
     let known = secret.is_some();
     // An unknown user goes through the same exchange as a known one and fails at the same
     // point, as in PostgreSQL, so a client cannot probe which users exist.
-    let secret = Some(
-        secret
-            .cloned()
-            .unwrap_or_else(|| Secret::Plain(format!("{:032x}", rand::random::<u128>()))),
-    );
+    let made_up;
+    let secret = match secret {
+        Some(s) => Some(s),
+        None => {
+            made_up = Secret::Plain(format!("{:032x}", rand::random::<u128>()));
+            Some(&made_up)
+        }
+    };
     let mut out = BytesMut::new();
     let mut keys = None;
     match (auth_type, &secret) {
@@ -382,7 +384,8 @@ async fn authenticate(
             let Some(session) = ServerSession::new(s) else {
                 return Err(password_failed(user));
             };
-            keys = Some(scram_exchange(stream, buf, session, user).await?);
+            // Boxed: its state would otherwise size every login's future (md5 and trust too).
+            keys = Some(Box::pin(scram_exchange(stream, buf, session, user)).await?);
             if !known {
                 return Err(password_failed(user));
             }

@@ -250,7 +250,8 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
     let client = match outcome {
         Ok(Outcome::LoggedIn(c)) => c,
         Ok(Outcome::Admin(admin)) => {
-            crate::admin::serve(app.clone(), stream, inbuf, admin).await;
+            // Boxed: the console's state must not size every client's login.
+            Box::pin(crate::admin::serve(app.clone(), stream, inbuf, admin)).await;
             return None;
         }
         Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,
@@ -263,7 +264,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
             if app.snapshot.load().config.general.log_pooler_errors {
                 tracing::warn!("{who} login failed: {}", refusal.error);
             }
-            refuse(&mut stream, &refusal.error).await;
+            Box::pin(refuse(&mut stream, &refusal.error)).await;
             return None;
         }
     };
