@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, UnixListener};
 use weir_config::General;
 
 use crate::app::App;
-use crate::stream::Stream;
+use crate::stream::{Endpoint, Stream};
 
 /// A bound socket, made before the runtime exists (so a port in use is reported before
 /// daemonizing). The Unix socket's owner (the one that removes the file) carries its path.
@@ -220,6 +220,16 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
 
 /// Accepts until shutdown; each client gets its own task.
 pub async fn run(app: Arc<App>, listener: Listener) {
+    // A socket bound to one address has that address as every connection's local end, so
+    // only a wildcard bind needs getsockname per connection.
+    let bound_to = match &listener {
+        Listener::Tcp(l) => l
+            .local_addr()
+            .ok()
+            .filter(|a| !a.ip().is_unspecified())
+            .map(Endpoint::tcp),
+        Listener::Unix(..) => Some(Endpoint::Unix),
+    };
     loop {
         let tcp = crate::tcp_options::TcpOptions::from_config(&app.snapshot.load().config.general);
         let accepted = tokio::select! {
@@ -228,8 +238,9 @@ pub async fn run(app: Arc<App>, listener: Listener) {
             r = accept(&listener, &tcp) => r,
         };
         match accepted {
-            Ok(stream) => {
-                tokio::spawn(crate::client::serve(app.clone(), stream));
+            Ok((stream, peer)) => {
+                let local = bound_to.clone().unwrap_or_else(|| stream.local());
+                tokio::spawn(crate::client::serve(app.clone(), stream, peer, local));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -240,17 +251,18 @@ pub async fn run(app: Arc<App>, listener: Listener) {
     }
 }
 
+/// The connection and its peer's address, as accept() gave it (no getpeername).
 async fn accept(
     listener: &Listener,
     tcp: &crate::tcp_options::TcpOptions,
-) -> std::io::Result<Stream> {
+) -> std::io::Result<(Stream, Endpoint)> {
     match listener {
         Listener::Tcp(l) => {
-            let (s, _) = l.accept().await?;
+            let (s, peer) = l.accept().await?;
             tcp.apply(socket2::SockRef::from(&s))?;
-            Ok(Stream::Tcp(s))
+            Ok((Stream::Tcp(s), Endpoint::tcp(peer)))
         }
-        Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+        Listener::Unix(l, _) => Ok((Stream::Unix(l.accept().await?.0), Endpoint::Unix)),
     }
 }
 

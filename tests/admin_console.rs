@@ -506,6 +506,33 @@ fn stats_count_the_traffic() {
     );
 }
 
+/// With a wildcard listen_addr the listener knows no local address: each client's is read
+/// from its socket, the address it actually reached (not 0.0.0.0).
+#[test]
+fn show_clients_local_end_behind_a_wildcard_listen_addr() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("listen_addr", "*")
+        .set("admin_users", "postgres")
+        .userlist(&[("postgres", "")])
+        .start();
+    let c = client(&weir, "wild");
+    let mut a = admin(&weir, "postgres");
+    let clients = ok(&mut a, "SHOW CLIENTS");
+    assert_client_ends(&clients, "wild", &c, &weir);
+}
+
+/// SHOW CLIENTS has both ends of the client's connection as its socket has them (taken
+/// from accept() and the listener's bound address, not looked up per connection).
+fn assert_client_ends(clients: &Res, app: &str, c: &RawConn, weir: &Weir) {
+    let mine = c.stream.local_addr().expect("local addr");
+    let row = |col| clients.get("application_name", app, col);
+    assert_eq!(row("addr"), mine.ip().to_string());
+    assert_eq!(row("port"), mine.port().to_string());
+    assert_eq!(row("local_addr"), "127.0.0.1");
+    assert_eq!(row("local_port"), weir.port().to_string());
+}
+
 #[test]
 fn pools_clients_servers_and_databases_show_live_connections() {
     let pg = PgServer::start();
@@ -540,6 +567,7 @@ fn pools_clients_servers_and_databases_show_live_connections() {
         clients.get("application_name", "app-one", "addr"),
         "127.0.0.1"
     );
+    assert_client_ends(&clients, "app-one", &c1, &weir);
     assert_eq!(clients.get("application_name", "app-two", "type"), "C");
     assert!(id.parse::<u32>().is_ok(), "id {id}");
     // The console's own session is listed under database pgbouncer.

@@ -25,7 +25,7 @@ use crate::registry::clients::{
     CancelTarget, ClientHandle, CANCEL, PARK, WAIT_NOTIFY, WAIT_TIMEOUT,
 };
 use crate::stats::Delta;
-use crate::stream::Stream;
+use crate::stream::{Endpoint, Stream};
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
 use welcome::Welcome;
@@ -207,9 +207,9 @@ impl Drop for PoolMember {
     }
 }
 
-pub async fn serve(app: Arc<App>, stream: Stream) {
+pub async fn serve(app: Arc<App>, stream: Stream, peer: Endpoint, local: Endpoint) {
     // Boxed: logging in is large and short-lived; it must not size every client's task.
-    let Some(session) = Box::pin(start(&app, stream)).await else {
+    let Some(session) = Box::pin(start(&app, stream, peer, local)).await else {
         return;
     };
     // The session is boxed from the start, so that parking it moves a pointer.
@@ -231,9 +231,13 @@ async fn run_session(mut session: Box<Session>, mut resumed: bool) {
 
 /// Logs the client in and sets up its session; None when it ends here (refused, a cancel
 /// request, gone, or an admin console session, served to its end).
-async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
+async fn start(
+    app: &Arc<App>,
+    mut stream: Stream,
+    peer: Endpoint,
+    local: Endpoint,
+) -> Option<Session> {
     let count = ClientCount::new(app);
-    let peer = stream.peer();
     let mut inbuf = BytesMut::new();
     if matches!(stream.read_arrived(&mut inbuf), Ok(0)) {
         return None;
@@ -280,7 +284,7 @@ async fn start(app: &Arc<App>, mut stream: Stream) -> Option<Session> {
         &user,
         &database,
         peer,
-        stream.local(),
+        local,
         requested.get("application_name").unwrap_or(""),
     );
     pool.clients.fetch_add(1, Ordering::Relaxed);
