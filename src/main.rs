@@ -160,8 +160,11 @@ fn main() -> ExitCode {
     if let Some(p) = &pidfile {
         let _ = std::fs::remove_file(p);
     }
-    // Open connections are not worth an orderly teardown once we are exiting.
-    runtime.shutdown_timeout(Duration::from_millis(100));
+    // Open connections are not worth an orderly teardown once we are exiting, and the main
+    // runtime is not shut down at all: its time driver holds the workers' timers too
+    // (`timers`), and shutting it down would fail every one of them, as a panic on a worker
+    // still polling its clients while the process exits.
+    std::mem::forget(runtime);
     code
 }
 
