@@ -98,6 +98,18 @@ pub struct Session {
     extras: Option<Box<Extras>>,
 }
 
+impl Drop for Session {
+    // The buffers go back to the worker's pool: a client that connects for one transaction
+    // would otherwise take one from the pool at every login and never give it back, and
+    // every login would allocate (and touch) a fresh one.
+    fn drop(&mut self) {
+        for buf in [&mut self.inbuf, &mut self.outbuf] {
+            buf.clear();
+            crate::bufpool::park(buf);
+        }
+    }
+}
+
 /// What only some sessions need, or need only at first: boxed together, so that the
 /// others carry one pointer for all of it (an idle client is counted in bytes, see
 /// `park`).
