@@ -3,10 +3,6 @@
 //! client must not notice: its session parameters, timeouts, KILL and shutdown all reach
 //! it as before, and a client that hangs up while parked is let go.
 
-// Tests run on their own runtime, which has a time driver (clippy.toml is for Weir's
-// workers).
-#![allow(clippy::disallowed_methods)]
-
 mod common;
 
 use common::*;
@@ -168,10 +164,5 @@ async fn many_parked_clients_resume_together() {
             })
         })
         .collect();
-    for t in tasks {
-        tokio::time::timeout(TIMEOUT, t)
-            .await
-            .expect("a resumed client was not served")
-            .unwrap();
-    }
+    join_all_within(tasks, TIMEOUT, "a resumed client was not served").await;
 }

@@ -177,12 +177,7 @@ async fn tokio_postgres_pipelined_typed_queries() {
             })
         })
         .collect();
-    for t in tasks {
-        tokio::time::timeout(TIMEOUT, t)
-            .await
-            .expect("query hung")
-            .unwrap();
-    }
+    join_all_within(tasks, TIMEOUT, "query hung").await;
 }
 
 /// COPY FROM STDIN and COPY TO STDOUT through Weir with psql, ~2 MB each way.

@@ -155,12 +155,7 @@ async fn many_queued_clients_each_get_their_own_results() {
             }
         }));
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .expect("a client was not served")
-            .unwrap();
-    }
+    join_all_within(tasks, Duration::from_secs(60), "a client was not served").await;
 }
 
 /// Time spent in the queue counts as wait time, not as query time, whether or not the

@@ -79,6 +79,23 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// Async version of [`eventually`].
+/// Awaits every task; the test fails with `what` if one is not done within `limit` of the
+/// last, or panicked.
+pub async fn join_all_within<T>(
+    tasks: Vec<tokio::task::JoinHandle<T>>,
+    limit: Duration,
+    what: &str,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let r = tokio::time::timeout(limit, t)
+            .await
+            .unwrap_or_else(|_| panic!("{what}"));
+        out.push(r.unwrap_or_else(|e| panic!("{what}: {e}")));
+    }
+    out
+}
+
 pub async fn eventually_async<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
     F: FnMut() -> Fut,
