@@ -139,15 +139,6 @@ impl Stream {
             Stream::Parked(_) => Endpoint::Unknown,
         }
     }
-
-    /// The client's end.
-    pub fn peer(&self) -> Endpoint {
-        match self {
-            Stream::Tcp(s) => s.peer_addr().map_or(Endpoint::Unknown, Endpoint::tcp),
-            Stream::Unix(_) => Endpoint::Unix,
-            Stream::Parked(_) => Endpoint::Unknown,
-        }
-    }
 }
 
 /// One end of a client connection, kept as an address and formatted only when shown: a

@@ -570,11 +570,12 @@ fn pools_clients_servers_and_databases_show_live_connections() {
     assert_client_ends(&clients, "app-one", &c1, &weir);
     assert_eq!(clients.get("application_name", "app-two", "type"), "C");
     assert!(id.parse::<u32>().is_ok(), "id {id}");
-    // The console's own session is listed under database pgbouncer.
+    // The console's own session is listed under database pgbouncer, with its addresses.
     assert!(
         !clients.find("database", "pgbouncer").is_empty(),
         "{clients:#?}"
     );
+    assert_client_ends(&clients, "", &a, &weir);
 
     let servers = ok(&mut a, "SHOW SERVERS");
     let s = servers.find("remote_pid", &pid);

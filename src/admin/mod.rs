@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::client::login::AdminLogin;
 use crate::protocol::reader::read_message;
 use crate::protocol::{messages, PgError};
-use crate::stream::Stream;
+use crate::stream::{Endpoint, Stream};
 use commands::Command;
 use control::ShutdownMode;
 use rowset::RowSet;
@@ -95,12 +95,19 @@ struct Console {
 }
 
 /// Serves one console session until the client leaves.
-pub async fn serve(app: Arc<App>, mut stream: Stream, mut inbuf: BytesMut, login: AdminLogin) {
+/// `peer` and `local` are the connection's ends as the listener accepted it.
+pub async fn serve(
+    app: Arc<App>,
+    mut stream: Stream,
+    mut inbuf: BytesMut,
+    login: AdminLogin,
+    (peer, local): (Endpoint, Endpoint),
+) {
     period::start(&app);
     let handle = SessionHandle::register(
         &login.user,
-        stream.peer(),
-        stream.local(),
+        peer,
+        local,
         login.requested.get("application_name").unwrap_or(""),
     );
     let console = Console {

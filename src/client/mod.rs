@@ -267,7 +267,14 @@ async fn start(
         Ok(Outcome::LoggedIn(c)) => c,
         Ok(Outcome::Admin(admin)) => {
             // Boxed: the console's state must not size every client's login.
-            Box::pin(crate::admin::serve(app.clone(), stream, inbuf, admin)).await;
+            Box::pin(crate::admin::serve(
+                app.clone(),
+                stream,
+                inbuf,
+                admin,
+                (peer, local),
+            ))
+            .await;
             return None;
         }
         Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,
