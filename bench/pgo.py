@@ -5,14 +5,14 @@ run it under a training workload that the caller supplies (bench/run drives pgbe
 through it against its scratch PostgreSQL), then build again with the merged profile.
 The profile only steers the compiler's layout and inlining: behaviour is the same code.
 
-The instrumented build is cached in target/pgo-generate (its flags never change); the
-optimized one lives in target/pgo, rebuilt whenever the profile differs, because the
-profile's hash is part of its path and so of the flags cargo fingerprints.
+The instrumented build is cached in target/pgo-generate (its flags never change). The
+optimized one, in target/pgo, is made from scratch each time: no two trainings give the
+same profile, cargo does not notice a changed profile file behind unchanged flags, and
+keeping the artifacts of every past profile would grow the directory by ~400 MB a run.
 
 Python standard library only.
 """
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -98,9 +98,9 @@ def build(repo, workdir, train, log):
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise PgoError(f"llvm-profdata merge failed: {r.stderr.strip()[-2000:]}")
-    digest = hashlib.sha256(merged.read_bytes()).hexdigest()[:16]
-    kept = repo / "target" / "pgo" / "profiles" / f"{digest}.profdata"
-    kept.parent.mkdir(parents=True, exist_ok=True)
+    out = repo / "target" / "pgo"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    kept = out / "weir.profdata"
     shutil.copyfile(merged, kept)
-    return _build(repo, repo / "target" / "pgo", f"-Cprofile-use={kept}", log,
-                  "optimized with the profile")
+    return _build(repo, out, f"-Cprofile-use={kept}", log, "optimized with the profile")
