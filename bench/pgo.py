@@ -23,7 +23,8 @@ class PgoError(Exception):
     pass
 
 
-def _cargo():
+def cargo():
+    """Cargo, on PATH or where rustup puts it."""
     return shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
 
 
@@ -61,7 +62,7 @@ def _build(repo, target_dir, rustflags, log, what):
     env["RUSTFLAGS"] = rustflags
     env.pop("CARGO_ENCODED_RUSTFLAGS", None)
     log(f"building weir ({what})")
-    r = subprocess.run([_cargo(), "build", "--profile", "dist", "--bin", "weir", "--quiet",
+    r = subprocess.run([cargo(), "build", "--profile", "dist", "--bin", "weir", "--quiet",
                         "--target-dir", str(target_dir)], cwd=repo, env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:

@@ -78,7 +78,6 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Async version of [`eventually`].
 /// Awaits every task; the test fails with `what` if one is not done within `limit` of the
 /// last, or panicked.
 pub async fn join_all_within<T>(
@@ -96,6 +95,7 @@ pub async fn join_all_within<T>(
     out
 }
 
+/// Async version of [`eventually`].
 pub async fn eventually_async<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
     F: FnMut() -> Fut,
