@@ -14,6 +14,7 @@ mod logging;
 mod metrics_http;
 mod params;
 mod pool;
+mod prepared;
 mod protocol;
 mod registry;
 mod server;

@@ -16,6 +16,10 @@ pub struct Delta {
     pub xact_time_us: u64,
     pub query_time_us: u64,
     pub wait_time_us: u64,
+    /// Named Parses from clients, Parses Weir sent to servers, Binds of named statements.
+    pub client_parses: u64,
+    pub server_parses: u64,
+    pub binds: u64,
 }
 
 impl Delta {
@@ -37,6 +41,9 @@ pub struct Counters {
     xact_time_us: AtomicU64,
     query_time_us: AtomicU64,
     wait_time_us: AtomicU64,
+    client_parses: AtomicU64,
+    server_parses: AtomicU64,
+    binds: AtomicU64,
 }
 
 impl Counters {
@@ -50,6 +57,9 @@ impl Counters {
             (&self.xact_time_us, d.xact_time_us),
             (&self.query_time_us, d.query_time_us),
             (&self.wait_time_us, d.wait_time_us),
+            (&self.client_parses, d.client_parses),
+            (&self.server_parses, d.server_parses),
+            (&self.binds, d.binds),
         ];
         for (counter, v) in pairs {
             if v != 0 {
@@ -68,7 +78,19 @@ impl Counters {
             xact_time_us: self.xact_time_us.load(Ordering::Relaxed),
             query_time_us: self.query_time_us.load(Ordering::Relaxed),
             wait_time_us: self.wait_time_us.load(Ordering::Relaxed),
+            client_parses: self.client_parses.load(Ordering::Relaxed),
+            server_parses: self.server_parses.load(Ordering::Relaxed),
+            binds: self.binds.load(Ordering::Relaxed),
         }
+    }
+
+    pub fn add_prepared(&self, client_parses: u64, server_parses: u64, binds: u64) {
+        self.add(&Delta {
+            client_parses,
+            server_parses,
+            binds,
+            ..Delta::default()
+        });
     }
 }
 

@@ -83,7 +83,7 @@ fn refresh(app: &App) {
         let a = averages(&cur_total, &old_total, window);
         tracing::info!(
             "stats: {} xacts/s, {} queries/s, {} client parses/s, {} server parses/s, {} binds/s, in {} B/s, out {} B/s, xact {} us, query {} us, wait {} us",
-            a.xacts, a.queries, 0, 0, 0, a.received, a.sent, a.xact_time_us, a.query_time_us, a.wait_time_us
+            a.xacts, a.queries, a.client_parses, a.server_parses, a.binds, a.received, a.sent, a.xact_time_us, a.query_time_us, a.wait_time_us
         );
     }
 }
@@ -97,6 +97,9 @@ pub fn add(total: &mut Delta, d: &Delta) {
     total.xact_time_us += d.xact_time_us;
     total.query_time_us += d.query_time_us;
     total.wait_time_us += d.wait_time_us;
+    total.client_parses += d.client_parses;
+    total.server_parses += d.server_parses;
+    total.binds += d.binds;
 }
 
 /// The totals of a pool at the start of the current averaging window.
@@ -136,6 +139,9 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
         xact_time_us: per(cur.xact_time_us, old.xact_time_us, xacts),
         query_time_us: per(cur.query_time_us, old.query_time_us, queries),
         wait_time_us: per(cur.wait_time_us, old.wait_time_us, assignments),
+        client_parses: per_sec(cur.client_parses, old.client_parses),
+        server_parses: per_sec(cur.server_parses, old.server_parses),
+        binds: per_sec(cur.binds, old.binds),
     }
 }
 

@@ -113,8 +113,7 @@ const STATS_TOTALS_COLS: [&str; 11] = [
     "bind_count",
 ];
 
-/// The eleven figures PgBouncer reports, in its order. Weir does not rewrite prepared
-/// statements yet, so the three prepared-statement counters are truly zero.
+/// The eleven figures PgBouncer reports, in its order.
 fn figures(d: &Delta) -> [u64; 11] {
     [
         d.server_assignments,
@@ -125,9 +124,9 @@ fn figures(d: &Delta) -> [u64; 11] {
         d.xact_time_us,
         d.query_time_us,
         d.wait_time_us,
-        0,
-        0,
-        0,
+        d.client_parses,
+        d.server_parses,
+        d.binds,
     ]
 }
 

@@ -2,6 +2,7 @@
 
 pub mod login;
 pub mod park;
+mod prepare;
 mod relay;
 pub mod welcome;
 
@@ -76,6 +77,9 @@ pub struct Session {
     /// Shared with the other clients that have the same (copied on change).
     wanted: Arc<ParamSet>,
     max_packet: u32,
+    /// max_prepared_statements in pooled modes; 0 where statements are not tracked
+    /// (session mode, or turned off).
+    prepared_cap: u32,
     exchange: Exchange,
     shutting_down: bool,
     client: ClientHandle,
@@ -94,6 +98,9 @@ pub struct Session {
     log_disconnections: bool,
     /// Held for its Drop: the client's place in the global client count.
     _count: ClientCount,
+    /// The client's named statements and the replies owed for what was sent, once it
+    /// uses the extended protocol in a pooled mode (see prepared).
+    prepared: Option<Box<crate::prepared::ClientStatements>>,
     /// What few sessions keep for long; None for most once they are welcomed.
     extras: Option<Box<Extras>>,
 }
@@ -325,6 +332,12 @@ async fn start(
         // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the client
         // a clear error instead of a server that hangs up.
         max_packet: general.max_packet_size.min(relay::MAX_MESSAGE as u32),
+        prepared_cap: if mode == PoolMode::Session {
+            0
+        } else {
+            general.max_prepared_statements
+        },
+        prepared: None,
         exchange: Exchange::fresh(),
         shutting_down: false,
         client: handle,
@@ -437,6 +450,12 @@ impl Session {
             return Err(Some("client unexpected eof".into()));
         }
         let error = match self.await_message().await {
+            Wake::Message if self.answer_alone() => {
+                return match self.flush_client().await {
+                    true => Ok(None),
+                    false => Err(Some("client unexpected eof".into())),
+                }
+            }
             Wake::Message => match self.acquire().await {
                 Ok(l) => return Ok(Some(l)),
                 Err(Some(e)) if e.severity == "ERROR" => {
@@ -544,6 +563,9 @@ impl Session {
                 let _ = self.inbuf.split_to(end);
                 // What was framed while queueing is dropped with it.
                 self.cframe.reset();
+                if let Some(p) = &mut self.prepared {
+                    p.clear_replies();
+                }
                 break;
             }
             match self.read_more().await {
@@ -808,6 +830,7 @@ impl Session {
 
     /// Adds what this client did since the last flush to its pool's counters.
     fn flush_stats(&mut self) {
+        self.flush_prepared_stats();
         if !self.delta.is_empty() {
             self.pool.stats.add(&self.delta);
             self.delta = Delta::default();

@@ -123,6 +123,9 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
         extras.timer = None;
     }
     session.trim_extras();
+    if session.prepared.as_ref().is_some_and(|p| p.is_empty()) {
+        session.prepared = None;
+    }
     crate::bufpool::park(&mut session.inbuf);
     crate::bufpool::park(&mut session.outbuf);
     let fd = match session.stream.park() {

@@ -54,6 +54,8 @@ pub struct Exchange {
     /// The last transaction status: I (idle), T (in a transaction), E (failed transaction).
     pub status: u8,
     pub terminated: bool,
+    /// The client's next message waits for a server (it names a prepared statement).
+    pub held_back: bool,
 }
 
 impl Exchange {
@@ -77,6 +79,7 @@ impl Session {
             && self.cframe.at_boundary()
             && self.sframe.at_boundary()
             && self.sframe.scanned() == self.outbuf.len()
+            && self.prepared.as_ref().is_none_or(|p| p.replies.is_empty())
     }
 
     /// Frames what the client has sent of its next request while it queues for a server,
@@ -84,9 +87,9 @@ impl Session {
     /// None when there is nothing whole to send yet or the client sent something wrong
     /// (the relay reports that).
     pub fn request_ahead(&mut self) -> Option<Ahead> {
-        self.scan_client().ok()?;
+        self.scan_client(None).ok()?;
         let ready = self.cframe.scanned();
-        if ready == 0 || !self.cframe.at_boundary() {
+        if ready == 0 || !self.cframe.at_boundary() || self.exchange.held_back {
             return None;
         }
         Some(Ahead {
@@ -140,7 +143,9 @@ impl Session {
         loop {
             let mut progress = false;
 
-            if !self.exchange.terminated && self.inbuf.len() < HIGH_WATER {
+            // Past the high-water mark only to complete a message that must be seen whole.
+            let unframed = self.cframe.scanned() == 0 && !self.exchange.held_back;
+            if !self.exchange.terminated && (self.inbuf.len() < HIGH_WATER || unframed) {
                 crate::bufpool::ensure(&mut self.inbuf);
                 match poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -150,7 +155,7 @@ impl Session {
                     Poll::Pending => {}
                 }
             }
-            if let Err(e) = self.scan_client() {
+            if let Err(e) = self.scan_client(Some(&mut server.statements)) {
                 return Poll::Ready(Event::ClientProtocol(e));
             }
 
@@ -258,14 +263,26 @@ impl Session {
         timer.as_mut().poll(cx).is_ready().then_some(err)
     }
 
-    fn scan_client(&mut self) -> Result<(), PgError> {
+    fn scan_client(
+        &mut self,
+        mut server: Option<&mut crate::prepared::ServerStatements>,
+    ) -> Result<(), PgError> {
+        self.exchange.held_back = false;
         if self.exchange.terminated {
             return Ok(());
         }
+        let tracking = self.prepared_cap != 0;
         loop {
+            let wants = |t| {
+                if tracking {
+                    super::prepare::client_wants(t)
+                } else {
+                    0
+                }
+            };
             let frame = match self
                 .cframe
-                .next(&self.inbuf, self.max_packet as usize, |_| false)
+                .next_peek(&self.inbuf, self.max_packet as usize, wants)
             {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -276,6 +293,9 @@ impl Session {
                     return Err(PgError::fatal("08P01", "bad packet header"))
                 }
             };
+            if tracking && !self.track_client(&frame, server.as_deref_mut()) {
+                return Ok(());
+            }
             let x = &mut self.exchange;
             match frame.tag {
                 b'X' => {
@@ -308,15 +328,23 @@ impl Session {
     }
 
     fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
+        let tracking = self.prepared.is_some();
         loop {
-            let frame = match self
-                .sframe
-                .next(&self.outbuf, MAX_MESSAGE, |t| t == b'Z' || t == b'S')
-            {
+            let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
+                t == b'Z' || t == b'S' || (tracking && t == b'E')
+            }) {
                 Ok(Some(f)) => f,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    if tracking {
+                        self.emit_synths();
+                    }
+                    return Ok(());
+                }
                 Err(_) => return Err(Event::ServerGone),
             };
+            if tracking && !self.track_server(&frame, &mut server.statements) {
+                continue;
+            }
             if frame.tag == b'E' {
                 let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());
                 crate::stats::server_error(fields.unwrap_or_default(), &self.pool.database);
@@ -346,6 +374,7 @@ impl Session {
                             }
                             self.pool.stats.add(&self.delta);
                             self.delta = crate::stats::Delta::default();
+                            super::prepare::flush_counts(&mut self.prepared, &self.pool);
                         }
                         if self.mode == PoolMode::Statement && x.status != b'I' {
                             return Err(Event::TransactionInStatementMode);

@@ -44,11 +44,23 @@ impl Framer {
         max_len: usize,
         wants_body: impl Fn(u8) -> bool,
     ) -> Result<Option<Frame>, FrameError> {
+        self.next_peek(buf, max_len, |t| if wants_body(t) { usize::MAX } else { 0 })
+    }
+
+    /// As `next`, where `wants(tag)` says how much of a body to see before framing it:
+    /// 0 for none, `usize::MAX` for all of it, n for its first n bytes (a prefix is enough
+    /// to recognise a statement without holding a long one back whole).
+    pub fn next_peek(
+        &mut self,
+        buf: &[u8],
+        max_len: usize,
+        wants: impl Fn(u8) -> usize,
+    ) -> Result<Option<Frame>, FrameError> {
         let mut at = Offsets {
             scanned: self.scanned as usize,
             skip: self.skip as usize,
         };
-        let frame = at.next(buf, max_len, wants_body);
+        let frame = at.next(buf, max_len, wants);
         self.scanned = at.scanned as u32;
         self.skip = at.skip as u32;
         frame
@@ -76,6 +88,13 @@ impl Framer {
         self.skip = 0;
     }
 
+    /// The caller replaced the framed message at `start` (whole, so nothing of it is still
+    /// to come) with `len` bytes, or inserted `len` bytes at a boundary `start`.
+    pub fn rewritten(&mut self, start: usize, len: usize) {
+        debug_assert_eq!(self.skip, 0);
+        self.scanned = (start + len) as u32;
+    }
+
     /// Forgets everything, for a buffer that was cleared.
     pub fn reset(&mut self) {
         *self = Framer::default();
@@ -93,7 +112,7 @@ impl Offsets {
         &mut self,
         buf: &[u8],
         max_len: usize,
-        wants_body: impl Fn(u8) -> bool,
+        wants: impl Fn(u8) -> usize,
     ) -> Result<Option<Frame>, FrameError> {
         if self.skip > 0 {
             let n = self.skip.min(buf.len() - self.scanned);
@@ -117,15 +136,18 @@ impl Offsets {
         }
         let total = len + 1;
         let start = self.scanned;
-        if wants_body(tag) {
-            if rest.len() < total {
+        let want = wants(tag);
+        if want > 0 {
+            let seen = HEADER_LEN + want.min(len - 4);
+            if rest.len() < seen {
                 return Ok(None);
             }
-            self.scanned += total;
+            self.scanned += seen;
+            self.skip = total - seen;
             return Ok(Some(Frame {
                 tag,
                 start,
-                body: Some(start + HEADER_LEN..start + total),
+                body: Some(start + HEADER_LEN..start + seen),
             }));
         }
         let have = rest.len().min(total);
@@ -187,6 +209,22 @@ mod tests {
         assert_eq!(f.next(&full[..8], 1000, |_| true).unwrap(), None);
         assert_eq!(f.scanned(), 0);
         assert!(f.next(&full, 1000, |_| true).unwrap().is_some());
+    }
+
+    #[test]
+    fn peeks_at_a_prefix() {
+        let full = msg(b'Q', b"DISCARD ALL and a long tail\0");
+        let mut f = Framer::default();
+        assert_eq!(f.next_peek(&full[..10], 1000, |_| 7).unwrap(), None);
+        let q = f.next_peek(&full[..14], 1000, |_| 7).unwrap().unwrap();
+        assert_eq!(&full[q.body.unwrap()], b"DISCARD");
+        assert!(!f.at_boundary());
+        // A body shorter than the prefix comes whole.
+        let short = msg(b'Q', b"x\0");
+        let mut f = Framer::default();
+        let q = f.next_peek(&short, 1000, |_| 64).unwrap().unwrap();
+        assert_eq!(&short[q.body.unwrap()], b"x\0");
+        assert!(f.at_boundary());
     }
 
     #[test]

@@ -232,6 +232,7 @@ async fn connect_inner(
         generation: target.generation,
         home: crate::workers::current(),
         sent_ahead: 0,
+        statements: Default::default(),
     };
     if let Some(q) = &target.connect_query {
         conn.run_internal(q, target.connect_timeout).await?;

@@ -68,6 +68,8 @@ pub struct ServerConn {
     /// Bytes of the next client's request already written by the task that released the
     /// server to it (pool::ahead); the client skips them. Zero otherwise.
     pub sent_ahead: usize,
+    /// The statements prepared on it under Weir's names (pooled modes, see prepared).
+    pub statements: crate::prepared::ServerStatements,
 }
 
 impl fmt::Debug for ServerConn {
@@ -103,6 +105,7 @@ impl ServerConn {
             idle_since,
             generation,
             sent_ahead,
+            statements,
         } = self;
         Ok(ServerConn {
             id,
@@ -117,6 +120,7 @@ impl ServerConn {
             idle_since,
             generation,
             sent_ahead,
+            statements,
         })
     }
 
@@ -131,6 +135,11 @@ impl ServerConn {
     /// Runs a query whose results nobody reads (reset, parameter sync, connect_query) and
     /// waits for ReadyForQuery. Returns the first error the server reported, if any.
     pub async fn run_internal(&mut self, sql: &str, timeout: Duration) -> Result<(), ConnectError> {
+        let lower = sql.to_ascii_lowercase();
+        if lower.contains("discard") || lower.contains("deallocate") {
+            // Whatever it dropped, Weir's statements are to be prepared again.
+            self.statements.clear();
+        }
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         messages::query(&mut out, sql);
         let work = async {

@@ -1,0 +1,195 @@
+//! The relay's side of prepared statements in pooled modes (see crate::prepared): client
+//! messages that name a statement are rewritten as they are framed, and the server's
+//! replies are matched to them, with Weir's own removed and the ones it owes added.
+
+use std::ops::Range;
+
+use bytes::BytesMut;
+
+use super::Session;
+use crate::pool::Pool;
+use crate::prepared::rewrite::{self, Context, Edit, ServerEdit};
+use crate::prepared::{ClientStatements, ServerStatements};
+use crate::protocol::framer::Frame;
+use crate::protocol::HEADER_LEN;
+
+/// How much of a query to look at for DEALLOCATE ALL / DISCARD ALL.
+const QUERY_PREFIX: usize = 64;
+
+/// How much of a client message's body the relay must see before passing it on, when
+/// statements are tracked.
+pub fn client_wants(tag: u8) -> usize {
+    match tag {
+        b'P' | b'B' | b'D' | b'C' => usize::MAX,
+        b'Q' => QUERY_PREFIX,
+        _ => 0,
+    }
+}
+
+/// Replaces `range` of `buf` with `with`, in place.
+fn splice(buf: &mut BytesMut, range: Range<usize>, with: &[u8]) {
+    let (start, end) = (range.start, range.end);
+    let old_len = buf.len();
+    if with.len() > end - start {
+        let grow = with.len() - (end - start);
+        buf.resize(old_len + grow, 0);
+        buf.copy_within(end..old_len, end + grow);
+    } else {
+        let shrink = (end - start) - with.len();
+        buf.copy_within(end..old_len, end - shrink);
+        buf.truncate(old_len - shrink);
+    }
+    buf[start..start + with.len()].copy_from_slice(with);
+}
+
+impl Session {
+    /// Rewrites a framed client message if it names a statement. False when it must wait
+    /// (it was un-framed): for a server to check it against, or, for the first message
+    /// that needs tracking, until what was sent before it is answered.
+    pub(super) fn track_client(
+        &mut self,
+        frame: &Frame,
+        server: Option<&mut ServerStatements>,
+    ) -> bool {
+        let tag = frame.tag;
+        if !matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'Q' | b'F') {
+            return true;
+        }
+        let at = frame.start + HEADER_LEN;
+        let range = frame.body.clone().unwrap_or(at..at);
+        let body = &self.inbuf[range.clone()];
+        if self.prepared.is_none() {
+            // Clients that only ever send simple queries are not tracked at all.
+            let needed = matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E')
+                || (tag == b'Q' && crate::prepared::messages::drops_all_statements(body));
+            if !needed {
+                return true;
+            }
+            if self.exchange.pending > 0 || self.exchange.unsynced {
+                return self.hold(frame);
+            }
+            self.prepared = Some(Box::default());
+        }
+        let Some(p) = self.prepared.as_deref_mut() else {
+            return true;
+        };
+        let cx = Context {
+            status: self.exchange.status,
+            cap: self.prepared_cap as usize,
+        };
+        let mut out = BytesMut::new();
+        match rewrite::client_message(tag, body, p, server, &cx, &mut out) {
+            Edit::Keep => true,
+            Edit::Hold => self.hold(frame),
+            Edit::Replace => {
+                splice(&mut self.inbuf, frame.start..range.end, &out);
+                self.cframe.rewritten(frame.start, out.len());
+                self.emit_synths();
+                true
+            }
+        }
+    }
+
+    fn hold(&mut self, frame: &Frame) -> bool {
+        self.cframe.truncate(frame.start);
+        self.exchange.held_back = true;
+        false
+    }
+
+    /// Matches a framed server message to what is owed. False when it was un-framed so
+    /// that replies Weir owes, due before it, go first.
+    pub(super) fn track_server(&mut self, frame: &Frame, server: &mut ServerStatements) -> bool {
+        let Some(p) = self.prepared.as_deref_mut() else {
+            return true;
+        };
+        if rewrite::synth_due(p) {
+            self.sframe.truncate(frame.start);
+            self.emit_synths();
+            return false;
+        }
+        let body = frame.body.clone().map(|r| &self.outbuf[r]);
+        match rewrite::server_message(frame.tag, body, p, server) {
+            ServerEdit::Keep => {}
+            ServerEdit::Remove => {
+                // ParseComplete and CloseComplete have no body: framed, they are whole.
+                let end = self.sframe.scanned();
+                splice(&mut self.outbuf, frame.start..end, &[]);
+                self.sframe.truncate(frame.start);
+            }
+            ServerEdit::Replace(with) => {
+                let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
+                splice(&mut self.outbuf, frame.start..end, &with);
+                self.sframe.rewritten(frame.start, with.len());
+            }
+        }
+        true
+    }
+
+    /// Adds the replies Weir owes the client at the end of what is framed, when that is a
+    /// message boundary.
+    pub(super) fn emit_synths(&mut self) {
+        let Some(p) = self.prepared.as_deref_mut() else {
+            return;
+        };
+        if !rewrite::synth_due(p) || !self.sframe.at_boundary() {
+            return;
+        }
+        let mut out = BytesMut::new();
+        rewrite::take_synths(p, &mut out);
+        let at = self.sframe.scanned();
+        splice(&mut self.outbuf, at..at, &out);
+        self.sframe.rewritten(at, out.len());
+    }
+
+    /// Answers a request that needs no server (see `rewrite::answer_alone`), leaving the
+    /// reply in the output buffer. False when it needs one.
+    pub(super) fn answer_alone(&mut self) -> bool {
+        if self.prepared_cap == 0 || self.inbuf.first() != Some(&b'P') {
+            return false;
+        }
+        let p = self.prepared.get_or_insert_with(Box::default);
+        if !p.replies.is_empty() {
+            return false;
+        }
+        let mut out = BytesMut::new();
+        let Some(n) = rewrite::answer_alone(&self.inbuf, p, &mut out) else {
+            return false;
+        };
+        let _ = self.inbuf.split_to(n);
+        self.cframe.reset();
+        self.outbuf.extend_from_slice(&out);
+        self.sframe.rewritten(0, self.outbuf.len());
+        true
+    }
+
+    pub(super) fn flush_prepared_stats(&mut self) {
+        flush_counts(&mut self.prepared, &self.pool);
+    }
+}
+
+/// Adds a client's prepared-statement counters to its pool's stats.
+pub(super) fn flush_counts(prepared: &mut Option<Box<ClientStatements>>, pool: &Pool) {
+    if let Some(p) = prepared.as_deref_mut() {
+        if p.client_parses + p.server_parses + p.binds > 0 {
+            pool.stats
+                .add_prepared(p.client_parses, p.server_parses, p.binds);
+            (p.client_parses, p.server_parses, p.binds) = (0, 0, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splices_in_place() {
+        let mut b = BytesMut::from(&b"aaXXbb"[..]);
+        splice(&mut b, 2..4, b"YYY");
+        assert_eq!(&b[..], b"aaYYYbb");
+        splice(&mut b, 2..5, b"");
+        assert_eq!(&b[..], b"aabb");
+        splice(&mut b, 4..4, b"cc");
+        assert_eq!(&b[..], b"aabbcc");
+    }
+}

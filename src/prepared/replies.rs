@@ -1,0 +1,196 @@
+//! A client's statements, and what the server owes for each message sent to it.
+//!
+//! Weir removes some of the client's messages (a Parse the server already has, a Close)
+//! and adds its own (a Parse ahead of a Bind, a Close of an evicted statement). To give
+//! the client exactly the replies a direct connection would, the relay keeps one entry
+//! per message that gets a reply, in order, and knows by each reply's tag when an entry
+//! is answered. After an error in an extended-protocol batch the server skips to Sync:
+//! the entries it skipped are dropped and what they changed is undone.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::defs::Def;
+use super::server::ServerStatements;
+use crate::protocol::PgError;
+
+pub type Names = HashMap<Box<[u8]>, Arc<Def>>;
+
+/// A client name and the statement it had before (None: it had none).
+pub type NameUndo = (Box<[u8]>, Option<Arc<Def>>);
+
+#[derive(Default)]
+pub struct ClientStatements {
+    /// The client's statement names.
+    pub names: Names,
+    /// Use `push` and `pop`, which keep the two counts below.
+    pub replies: VecDeque<Reply>,
+    /// Entries in `replies` whose effect an error may undo, and how many of them come
+    /// after the last barrier (a Sync or a simple query): see `must_wait`.
+    undoable: u32,
+    undoable_since_barrier: u32,
+    /// Counted since the last flush into the pool's stats: named Parses from the client,
+    /// Parses Weir sent to servers, Binds of named statements.
+    pub client_parses: u64,
+    pub server_parses: u64,
+    pub binds: u64,
+}
+
+impl ClientStatements {
+    /// Nothing worth keeping while the client is idle.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.replies.is_empty()
+    }
+
+    pub fn push(&mut self, r: Reply) {
+        if r.undoable() {
+            self.undoable += 1;
+            self.undoable_since_barrier += 1;
+        }
+        if r.is_barrier() {
+            self.undoable_since_barrier = u32::from(r.undoable());
+        }
+        self.replies.push_back(r);
+    }
+
+    pub fn pop(&mut self) -> Option<Reply> {
+        let r = self.replies.pop_front()?;
+        if r.undoable() {
+            self.undoable -= 1;
+            self.undoable_since_barrier = self.undoable_since_barrier.min(self.undoable);
+        }
+        Some(r)
+    }
+
+    /// Puts a reply back at the front (one that stays owed after a change of kind).
+    pub fn push_front(&mut self, r: Reply) {
+        debug_assert!(!r.undoable());
+        self.replies.push_front(r);
+    }
+
+    pub fn clear_replies(&mut self) {
+        self.replies.clear();
+        self.undoable = 0;
+        self.undoable_since_barrier = 0;
+    }
+
+    /// True when a message that reads or changes the statements must wait: something
+    /// sent before the last Sync or query may still fail and be undone, and what this
+    /// message becomes depends on it. (Within one batch an error skips everything up to
+    /// Sync, so messages of the same batch can go at once.)
+    pub fn must_wait(&self) -> bool {
+        self.undoable > self.undoable_since_barrier
+    }
+}
+
+pub enum Reply {
+    /// A client message sent on (perhaps renamed); answered by one of its tag's replies.
+    Sent(u8),
+    /// The client's Parse, sent under Weir's name (or unnamed, see `unmark`); if it fails
+    /// or is skipped the client has no such statement, nor (when `unmark`) the server.
+    Parsed {
+        name: Box<[u8]>,
+        def: Arc<Def>,
+        unmark: bool,
+    },
+    /// Weir's Parse ahead of the client's Bind or Describe; its ParseComplete is removed.
+    Prepared(Arc<Def>),
+    /// Weir's Close of a statement evicted from the server's cache; its CloseComplete is
+    /// removed. Skipped, the server still has the statement.
+    Evicted(Arc<Def>),
+    /// Answered by Weir without the server: ParseComplete or CloseComplete. `undo` puts the
+    /// client's name back as it was if an earlier error means PostgreSQL would not have
+    /// got this far.
+    Synth { tag: u8, undo: Option<NameUndo> },
+    /// A Parse made to fail in place of the client's message: the server's error is
+    /// replaced by this one (what PostgreSQL would have said to the client).
+    Fail(PgError),
+    /// A query dropping every statement of the session. Both sides are cleared when it is
+    /// sent, for what follows it; if it fails, what it would have dropped is put back.
+    Reset {
+        names: Names,
+        server: ServerStatements,
+    },
+}
+
+impl Reply {
+    fn undoable(&self) -> bool {
+        match self {
+            Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Evicted(_) | Reply::Reset { .. } => {
+                true
+            }
+            Reply::Synth { undo, .. } => undo.is_some(),
+            Reply::Sent(_) | Reply::Fail(_) => false,
+        }
+    }
+
+    fn is_barrier(&self) -> bool {
+        matches!(
+            self,
+            Reply::Sent(b'S') | Reply::Sent(b'Q') | Reply::Sent(b'F') | Reply::Reset { .. }
+        )
+    }
+
+    /// True when a server message with this tag completes the reply.
+    pub fn ends_with(&self, tag: u8) -> bool {
+        match self {
+            Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) => tag == b'1',
+            Reply::Sent(b'B') => tag == b'2',
+            Reply::Sent(b'C') | Reply::Evicted(_) => tag == b'3',
+            Reply::Sent(b'D') => matches!(tag, b'T' | b'n'),
+            Reply::Sent(b'E') => matches!(tag, b'C' | b'I' | b's'),
+            Reply::Sent(_) | Reply::Reset { .. } => tag == b'Z',
+            Reply::Synth { .. } | Reply::Fail(_) => false,
+        }
+    }
+
+    /// True for extended-protocol messages: an error in one makes the server skip
+    /// everything until Sync (a simple query's error does not).
+    pub fn is_extended(&self) -> bool {
+        !matches!(
+            self,
+            Reply::Sent(b'S') | Reply::Sent(b'Q') | Reply::Sent(b'F') | Reply::Reset { .. }
+        )
+    }
+
+    pub fn is_sync(&self) -> bool {
+        matches!(self, Reply::Sent(b'S'))
+    }
+
+    /// Undoes what the message changed, for one the server did not carry out.
+    pub fn undo(self, names: &mut Names, server: &mut ServerStatements) {
+        match self {
+            Reply::Parsed { name, def, unmark } => {
+                if names.get(&name).is_some_and(|d| Arc::ptr_eq(d, &def)) {
+                    names.remove(&name);
+                }
+                if unmark {
+                    server.remove(def.id);
+                }
+            }
+            Reply::Prepared(def) => server.remove(def.id),
+            Reply::Evicted(def) => server.insert(&def),
+            Reply::Synth {
+                undo: Some((name, before)),
+                ..
+            } => match before {
+                Some(def) => {
+                    names.insert(name, def);
+                }
+                None => {
+                    names.remove(&name);
+                }
+            },
+            Reply::Reset {
+                names: old,
+                server: old_server,
+            } => {
+                for (name, def) in old {
+                    names.entry(name).or_insert(def);
+                }
+                server.absorb(old_server);
+            }
+            Reply::Sent(_) | Reply::Synth { undo: None, .. } | Reply::Fail(_) => {}
+        }
+    }
+}

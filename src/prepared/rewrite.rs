@@ -1,0 +1,327 @@
+//! What becomes of each client message that names a statement, and of each server reply,
+//! in pooled modes. Pure functions of the client's and the server's statement sets, so
+//! the relay only splices bytes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+
+use super::defs::{intern, lookup, Def};
+use super::messages::*;
+use super::replies::{ClientStatements, Reply};
+use super::server::ServerStatements;
+use crate::protocol::{messages::error_response, PgError};
+
+pub enum Edit {
+    /// Sent on as it is.
+    Keep,
+    /// It names a statement and there is no server to check it against yet: not framed
+    /// until the client has one.
+    Hold,
+    /// Replaced by what was written to `out` (maybe nothing).
+    Replace,
+}
+
+pub enum ServerEdit {
+    Keep,
+    /// A reply to Weir's own message: the client never sees it.
+    Remove,
+    Replace(BytesMut),
+}
+
+/// The bounds and state a rewrite needs besides the sets.
+pub struct Context {
+    /// The server's last transaction status: in a failed transaction, PostgreSQL refuses
+    /// a Parse, so one the server already has is still sent (unnamed) to get that error.
+    pub status: u8,
+    /// max_prepared_statements.
+    pub cap: usize,
+}
+
+fn lossy(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Decides what to send in place of one client message (P, B, D, C, E, S, Q or F, its
+/// body whole except for Q, of which a prefix) and records the replies it will get.
+pub fn client_message(
+    tag: u8,
+    body: &[u8],
+    p: &mut ClientStatements,
+    server: Option<&mut ServerStatements>,
+    cx: &Context,
+    out: &mut BytesMut,
+) -> Edit {
+    let named = match tag {
+        b'P' => parse_parts(body).is_some_and(|(n, _)| !n.is_empty()),
+        b'B' => bind_parts(body).is_some_and(|(_, s, _)| !s.is_empty()),
+        b'D' | b'C' => target_parts(body).is_some_and(|(k, n)| k == b'S' && !n.is_empty()),
+        b'Q' => drops_all_statements(body),
+        _ => false,
+    };
+    if named && (server.is_none() || p.must_wait()) {
+        return Edit::Hold;
+    }
+    let keep = |p: &mut ClientStatements| {
+        p.push(Reply::Sent(tag));
+        Edit::Keep
+    };
+    match tag {
+        b'P' => {
+            let Some((name, rest)) = parse_parts(body).filter(|(n, _)| !n.is_empty()) else {
+                return keep(p);
+            };
+            let Some(server) = server else {
+                return Edit::Hold;
+            };
+            p.client_parses += 1;
+            if p.names.contains_key(name) {
+                let msg = format!("prepared statement \"{}\" already exists", lossy(name));
+                return fail(p, out, PgError::error("42P05", msg));
+            }
+            let def = intern(rest);
+            let name: Box<[u8]> = name.into();
+            p.names.insert(name.clone(), def.clone());
+            if server.touch(def.id) {
+                if cx.status != b'E' {
+                    p.push(Reply::Synth {
+                        tag: b'1',
+                        undo: Some((name, None)),
+                    });
+                } else {
+                    put_unnamed_parse(out, &def);
+                    p.push(Reply::Parsed {
+                        name,
+                        def,
+                        unmark: false,
+                    });
+                }
+                return Edit::Replace;
+            }
+            evict(p, server, cx.cap, out);
+            p.server_parses += 1;
+            put_parse(out, &def);
+            server.insert(&def);
+            p.push(Reply::Parsed {
+                name,
+                def,
+                unmark: true,
+            });
+            Edit::Replace
+        }
+        b'B' => {
+            let Some((portal, stmt, rest)) = bind_parts(body).filter(|b| !b.1.is_empty()) else {
+                return keep(p);
+            };
+            let Some(server) = server else {
+                return Edit::Hold;
+            };
+            let Some(def) = p.names.get(stmt).cloned() else {
+                return missing(p, out, stmt).unwrap_or_else(|| keep(p));
+            };
+            p.binds += 1;
+            ensure(p, server, &def, cx.cap, out);
+            put_bind(out, portal, &def, rest);
+            keep(p);
+            Edit::Replace
+        }
+        b'D' | b'C' => {
+            let Some((b'S', name)) = target_parts(body).filter(|t| !t.1.is_empty()) else {
+                return keep(p);
+            };
+            let Some(server) = server else {
+                return Edit::Hold;
+            };
+            if tag == b'C' {
+                // The server keeps it cached for whoever prepares the same text next;
+                // closing a name that does not exist is no error in PostgreSQL either.
+                let before = p.names.remove_entry(name);
+                p.push(Reply::Synth {
+                    tag: b'3',
+                    undo: before.map(|(n, d)| (n, Some(d))),
+                });
+                return Edit::Replace;
+            }
+            let Some(def) = p.names.get(name).cloned() else {
+                return missing(p, out, name).unwrap_or_else(|| keep(p));
+            };
+            ensure(p, server, &def, cx.cap, out);
+            put_target(out, b'D', def.id);
+            keep(p);
+            Edit::Replace
+        }
+        b'Q' if drops_all_statements(body) => {
+            let Some(server) = server else {
+                return Edit::Hold;
+            };
+            let reset = Reply::Reset {
+                names: std::mem::take(&mut p.names),
+                server: std::mem::take(server),
+            };
+            p.push(reset);
+            Edit::Keep
+        }
+        _ => keep(p),
+    }
+}
+
+/// A statement name the client never prepared: PostgreSQL's own error says so, unless
+/// the name is one of Weir's (which some server may well have): that one must not reach
+/// a server, so the error is made here.
+fn missing(p: &mut ClientStatements, out: &mut BytesMut, name: &[u8]) -> Option<Edit> {
+    is_weir_name(name).then(|| {
+        let msg = format!("prepared statement \"{}\" does not exist", lossy(name));
+        fail(p, out, PgError::error("26000", msg))
+    })
+}
+
+fn fail(p: &mut ClientStatements, out: &mut BytesMut, error: PgError) -> Edit {
+    put_failing_parse(out);
+    p.push(Reply::Fail(error));
+    Edit::Replace
+}
+
+/// Prepares `def` on the server ahead of the message that uses it, if it lacks it.
+fn ensure(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    def: &Arc<Def>,
+    cap: usize,
+    out: &mut BytesMut,
+) {
+    if server.touch(def.id) {
+        return;
+    }
+    evict(p, server, cap, out);
+    p.server_parses += 1;
+    put_parse(out, def);
+    server.insert(def);
+    p.push(Reply::Prepared(def.clone()));
+}
+
+/// Closes what must go for one more statement to fit in the server's cache.
+fn evict(p: &mut ClientStatements, server: &mut ServerStatements, cap: usize, out: &mut BytesMut) {
+    while let Some(victim) = server.evict(cap) {
+        put_target(out, b'C', victim.id);
+        p.push(Reply::Evicted(victim));
+    }
+}
+
+/// Matches one server message against the replies owed; `body` is there for errors.
+pub fn server_message(
+    tag: u8,
+    body: Option<&[u8]>,
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+) -> ServerEdit {
+    let Some(front) = p.replies.front() else {
+        return ServerEdit::Keep;
+    };
+    if tag == b'E' {
+        if !front.is_extended() {
+            // A simple query's error ends nothing; a failed reset dropped nothing.
+            if matches!(front, Reply::Reset { .. }) {
+                if let Some(reset) = p.pop() {
+                    reset.undo(&mut p.names, server);
+                }
+                p.push_front(Reply::Sent(b'Q'));
+            }
+            return ServerEdit::Keep;
+        }
+        let mut edit = ServerEdit::Keep;
+        if let Reply::Fail(error) = front {
+            if body.is_some_and(|b| PgError::parse(b).code == FAILING_CODE) {
+                edit = ServerEdit::Replace(error_response(error));
+            }
+        }
+        // The server skips everything up to the next Sync.
+        while p.replies.front().is_some_and(|r| !r.is_sync()) {
+            if let Some(skipped) = p.pop() {
+                skipped.undo(&mut p.names, server);
+            }
+        }
+        return edit;
+    }
+    if tag == b'Z' {
+        // Everything before a ReadyForQuery is answered (or was skipped).
+        while let Some(r) = p.pop() {
+            if r.ends_with(b'Z') {
+                break;
+            }
+        }
+        return ServerEdit::Keep;
+    }
+    if !front.ends_with(tag) {
+        return ServerEdit::Keep;
+    }
+    match p.pop() {
+        Some(Reply::Prepared(def)) => {
+            def.valid.store(true, Ordering::Relaxed);
+            ServerEdit::Remove
+        }
+        Some(Reply::Parsed { def, .. }) => {
+            def.valid.store(true, Ordering::Relaxed);
+            ServerEdit::Keep
+        }
+        Some(Reply::Evicted(_)) => ServerEdit::Remove,
+        _ => ServerEdit::Keep,
+    }
+}
+
+/// Answers, without a server, a request of only named Parses and a Sync (what libpq's
+/// PQprepare sends) when every statement is one a server has already prepared without
+/// error: the client registers its names and gets ParseComplete for each and
+/// ReadyForQuery, as from PostgreSQL, and will prepare them on a server when it binds.
+/// Besides a round trip, this spares a server to a client that only prepares: pgbench
+/// prepares synchronously while its other clients hold servers in open transactions, and
+/// would otherwise wait on itself. Returns the bytes of the request it answered.
+pub fn answer_alone(request: &[u8], p: &mut ClientStatements, out: &mut BytesMut) -> Option<usize> {
+    let mut at = 0;
+    let mut found = Vec::new();
+    loop {
+        let header = request.get(at..at + 5)?;
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let body = request.get(at + 5..at + 1 + len.max(4))?;
+        at += 1 + len.max(4);
+        match header[0] {
+            b'P' => {
+                let (name, rest) = parse_parts(body)?;
+                let def = lookup(rest).filter(|d| d.valid.load(Ordering::Relaxed))?;
+                if name.is_empty()
+                    || p.names.contains_key(name)
+                    || found.iter().any(|(n, _)| *n == name)
+                {
+                    return None;
+                }
+                found.push((name, def));
+            }
+            b'S' if !found.is_empty() => break,
+            _ => return None,
+        }
+    }
+    for (name, def) in found {
+        p.client_parses += 1;
+        p.names.insert(name.into(), def);
+        out.extend_from_slice(PARSE_COMPLETE);
+    }
+    crate::protocol::messages::ready_for_query(out, b'I');
+    Some(at)
+}
+
+/// Appends the replies Weir owes the client now (the front of the queue), if any.
+pub fn take_synths(p: &mut ClientStatements, out: &mut BytesMut) {
+    while let Some(Reply::Synth { tag, .. }) = p.replies.front() {
+        out.extend_from_slice(if *tag == b'1' {
+            PARSE_COMPLETE
+        } else {
+            CLOSE_COMPLETE
+        });
+        p.pop();
+    }
+}
+
+/// True when Weir owes the client a reply at the front of the queue.
+pub fn synth_due(p: &ClientStatements) -> bool {
+    matches!(p.replies.front(), Some(Reply::Synth { .. }))
+}

@@ -1,0 +1,83 @@
+//! The statements one server connection holds under Weir's names.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::defs::Def;
+
+/// Statement id -> (when it was last used, the statement); the least recently used is
+/// closed when a new one would exceed max_prepared_statements. A linear search for it is
+/// cheaper than keeping an order on every use: it runs only when the cache is full and a
+/// statement the server lacks is needed. Holding the statement keeps it interned while
+/// no client has it (clients that reconnect for every transaction find the same one, and
+/// the server need not prepare it again).
+#[derive(Debug, Default)]
+pub struct ServerStatements {
+    used: HashMap<u64, (u64, Arc<Def>)>,
+    tick: u64,
+}
+
+impl ServerStatements {
+    /// True when the server holds the statement; marks it used.
+    pub fn touch(&mut self, id: u64) -> bool {
+        self.tick += 1;
+        match self.used.get_mut(&id) {
+            Some((t, _)) => {
+                *t = self.tick;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn insert(&mut self, def: &Arc<Def>) {
+        self.tick += 1;
+        self.used.insert(def.id, (self.tick, def.clone()));
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.used.remove(&id);
+    }
+
+    /// The statement to close before one more may be prepared within `cap`, if any.
+    pub fn evict(&mut self, cap: usize) -> Option<Arc<Def>> {
+        if self.used.len() < cap.max(1) {
+            return None;
+        }
+        let (&id, _) = self.used.iter().min_by_key(|(_, (t, _))| *t)?;
+        self.used.remove(&id).map(|(_, def)| def)
+    }
+
+    pub fn clear(&mut self) {
+        self.used = HashMap::new();
+    }
+
+    /// Keeps the statements of `other` too (what a failed DEALLOCATE ALL left in place).
+    pub fn absorb(&mut self, other: ServerStatements) {
+        for (id, entry) in other.used {
+            self.used.entry(id).or_insert(entry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prepared::defs::intern;
+
+    #[test]
+    fn evicts_the_least_recently_used() {
+        let (a, b) = (
+            intern(b"select 'lru a'\0\0\0"),
+            intern(b"select 'lru b'\0\0\0"),
+        );
+        let mut s = ServerStatements::default();
+        s.insert(&a);
+        s.insert(&b);
+        assert!(s.evict(3).is_none());
+        assert!(s.touch(a.id));
+        assert_eq!(s.evict(2).map(|d| d.id), Some(b.id));
+        assert!(!s.touch(b.id));
+        assert_eq!(s.used.len(), 1);
+    }
+}

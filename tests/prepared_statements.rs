@@ -1,0 +1,329 @@
+//! Named prepared statements in transaction and statement pooling mode: every client
+//! message sequence gets exactly the replies a direct connection gives, whichever server
+//! the client is lent and whatever that server already holds.
+
+mod common;
+
+use common::proto::*;
+use common::*;
+
+fn close(kind: u8, name: &str) -> Vec<u8> {
+    let mut b = vec![kind];
+    b.extend_from_slice(name.as_bytes());
+    b.push(0);
+    msg(b'C', &b)
+}
+
+/// A Parse with declared parameter types.
+fn parse_typed(name: &str, sql: &str, types: &[u32]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(name.as_bytes());
+    b.push(0);
+    b.extend_from_slice(sql.as_bytes());
+    b.push(0);
+    b.extend_from_slice(&(types.len() as u16).to_be_bytes());
+    for t in types {
+        b.extend_from_slice(&t.to_be_bytes());
+    }
+    msg(b'P', &b)
+}
+
+/// What a client sees of a reply, in a form two connections can be compared by: errors
+/// by SQLSTATE and message (not the server's source position), rows by their values.
+fn describe_reply(m: &Msg) -> String {
+    match m.tag {
+        b'E' => {
+            let e = parse_error(&m.body);
+            format!("E {} {}", e.code, e.message)
+        }
+        b'D' => format!("D {:?}", data_row(&m.body)),
+        b'C' | b'Z' => format!("{} {}", m.tag_char(), String::from_utf8_lossy(&m.body)),
+        b'N' | b'S' => String::new(),
+        _ => format!("{} {:?}", m.tag_char(), m.body),
+    }
+}
+
+/// Sends each step (a batch of messages) and reads its replies up to as many
+/// ReadyForQuery as it holds Syncs and Queries (or, for a batch ending in Flush, the
+/// given number of messages).
+fn run(conn: &mut RawConn, steps: &[Step]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for step in steps {
+        let bytes: Vec<u8> = step.msgs.concat();
+        conn.send(&bytes);
+        let mut readies = step
+            .msgs
+            .iter()
+            .filter(|m| matches!(m[0], b'S' | b'Q'))
+            .count();
+        let mut left = step.replies;
+        while readies > 0 || left > 0 {
+            let m = conn.read_message_or_panic("a reply");
+            if m.tag == b'Z' {
+                readies = readies.saturating_sub(1);
+            }
+            left = left.saturating_sub(1);
+            let d = describe_reply(&m);
+            if !d.is_empty() {
+                seen.push(d);
+            }
+        }
+    }
+    seen
+}
+
+struct Step {
+    msgs: Vec<Vec<u8>>,
+    /// For a batch without Sync: how many replies to wait for.
+    replies: usize,
+}
+
+fn step(msgs: Vec<Vec<u8>>) -> Step {
+    Step { msgs, replies: 0 }
+}
+
+fn flushed(msgs: Vec<Vec<u8>>, replies: usize) -> Step {
+    Step { msgs, replies }
+}
+
+/// Runs `script` directly against PostgreSQL, then through Weir (transaction mode, one
+/// server) on two clients in turn, so that the second finds the statements already on
+/// the server, and on a third with a cache of one statement per server; each must see
+/// what the direct connection saw.
+fn same_as_direct(script: impl Fn() -> Vec<Step>) {
+    let pg = PgServer::start();
+    pg.exec("create table if not exists t (id int primary key, v text)");
+    let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
+    let want = run(&mut direct, &script());
+    for cap in [200, 1] {
+        let weir = Weir::for_pg(&pg)
+            .set("pool_mode", "transaction")
+            .set("default_pool_size", 1)
+            .set("max_prepared_statements", cap)
+            .start();
+        for round in 0..2 {
+            let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+            let got = run(&mut c, &script());
+            assert_eq!(
+                got, want,
+                "max_prepared_statements={cap}, client {round}: replies differ from a direct connection"
+            );
+        }
+    }
+}
+
+#[test]
+fn parse_bind_execute_describe_close() {
+    same_as_direct(|| {
+        vec![
+            step(vec![
+                parse("s1", "select $1::int + 1 as n"),
+                describe(b'S', "s1"),
+                sync(),
+            ]),
+            step(vec![
+                bind("", "s1", &[Some("41")]),
+                describe(b'P', ""),
+                execute("", 0),
+                sync(),
+            ]),
+            step(vec![query("select 'between transactions'")]),
+            step(vec![bind("p", "s1", &[Some("1")]), execute("p", 0), sync()]),
+            step(vec![close(b'S', "s1"), sync()]),
+            step(vec![bind("", "s1", &[Some("1")]), execute("", 0), sync()]),
+        ]
+    });
+}
+
+#[test]
+fn unnamed_statements_and_typed_parameters() {
+    same_as_direct(|| {
+        vec![
+            step(vec![
+                parse("", "select $1 as x"),
+                bind("", "", &[Some("a")]),
+                execute("", 0),
+                parse_typed("typed", "select $1 as x", &[23]),
+                bind("", "typed", &[Some("7")]),
+                execute("", 0),
+                sync(),
+            ]),
+            // Same text, other types: another statement.
+            step(vec![
+                parse_typed("untyped", "select $1 as x", &[]),
+                describe(b'S', "untyped"),
+                describe(b'S', "typed"),
+                sync(),
+            ]),
+        ]
+    });
+}
+
+#[test]
+fn flush_without_sync() {
+    same_as_direct(|| {
+        vec![
+            flushed(vec![parse("f1", "select 1 as one"), flush()], 1),
+            flushed(vec![describe(b'S', "f1"), flush()], 2),
+            flushed(vec![bind("", "f1", &[]), execute("", 0), flush()], 3),
+            flushed(vec![close(b'S', "f1"), flush()], 1),
+            step(vec![sync()]),
+        ]
+    });
+}
+
+#[test]
+fn errors_in_a_pipeline_skip_to_sync() {
+    same_as_direct(|| {
+        vec![
+            step(vec![
+                parse("good", "select 1"),
+                parse("bad", "select from from"),
+                bind("", "good", &[]),
+                execute("", 0),
+                sync(),
+                // After the Sync the server listens again; "bad" never existed.
+                bind("", "good", &[]),
+                execute("", 0),
+                sync(),
+                bind("", "bad", &[]),
+                sync(),
+            ]),
+            // An error before a Parse: the Parse is skipped, the name stays free.
+            step(vec![
+                bind("", "nope", &[]),
+                parse("later", "select 2"),
+                close(b'S', "good"),
+                sync(),
+                parse("later", "select 2"),
+                bind("", "later", &[]),
+                execute("", 0),
+                bind("", "good", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+        ]
+    });
+}
+
+#[test]
+fn duplicate_names_missing_names_and_weirs_own_names() {
+    same_as_direct(|| {
+        vec![
+            step(vec![parse("d", "select 1"), sync()]),
+            step(vec![parse("d", "select 1"), sync()]),
+            step(vec![
+                parse("d", "select 2"),
+                bind("", "d", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            step(vec![bind("", "weir_1", &[]), execute("", 0), sync()]),
+            step(vec![describe(b'S', "weir_2"), sync()]),
+            step(vec![close(b'S', "never"), close(b'P', "never"), sync()]),
+        ]
+    });
+}
+
+#[test]
+fn failed_transactions_and_resets() {
+    same_as_direct(|| {
+        vec![
+            step(vec![parse("a", "select 'a'"), sync()]),
+            step(vec![query("begin"), query("select 1/0")]),
+            // In a failed transaction a Parse fails, even of a text the server has.
+            step(vec![parse("b", "select 'a'"), sync()]),
+            step(vec![query("rollback")]),
+            step(vec![bind("", "b", &[]), sync()]),
+            step(vec![query("begin")]),
+            step(vec![query("discard all")]),
+            step(vec![query("rollback")]),
+            step(vec![bind("", "a", &[]), execute("", 0), sync()]),
+            step(vec![query("DEALLOCATE ALL")]),
+            step(vec![bind("", "a", &[]), execute("", 0), sync()]),
+            step(vec![
+                parse("a", "select 'again'"),
+                bind("", "a", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+        ]
+    });
+}
+
+#[test]
+fn more_statements_than_the_cache_holds() {
+    same_as_direct(|| {
+        let mut steps = Vec::new();
+        for i in 0..5 {
+            steps.push(step(vec![
+                parse(&format!("s{i}"), &format!("select {i}")),
+                sync(),
+            ]));
+        }
+        for round in 0..2 {
+            let mut batch = Vec::new();
+            for i in (0..5).rev() {
+                batch.push(bind("", &format!("s{i}"), &[]));
+                batch.push(execute("", 0));
+            }
+            batch.push(sync());
+            steps.push(step(batch));
+            steps.push(step(vec![query(&format!("select 'round {round}'"))]));
+        }
+        steps
+    });
+}
+
+/// pgbench's prepared mode, many clients on few servers, each server preparing each
+/// statement once.
+fn pgbench_prepared(mode: &str, connect_per_tx: bool) {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", mode)
+        .set("default_pool_size", 4)
+        .set("max_client_conn", 200)
+        .set("admin_users", "postgres")
+        .start();
+    pgbench_direct(&pg, "postgres", "postgres", &["-i", "-s", "1", "-q"]).assert_ok();
+    let mut args = vec!["-n", "-c", "20", "-j", "2", "-T", "3", "-M", "prepared"];
+    if mode == "statement" {
+        args.push("-S");
+    }
+    if connect_per_tx {
+        args.push("-C");
+    }
+    pgbench_via(&weir, "postgres", "postgres", &args).assert_clean();
+    let stats = psql_via(&weir, "pgbouncer", "postgres", "show stats").unwrap();
+    let row = stats
+        .lines()
+        .find(|l| l.starts_with("postgres|"))
+        .unwrap_or_else(|| panic!("no stats for postgres in {stats}"));
+    let cols: Vec<u64> = row
+        .split('|')
+        .skip(1)
+        .map(|c| c.parse().unwrap_or(0))
+        .collect();
+    let (xacts, client_parses, server_parses, binds) = (cols[1], cols[8], cols[9], cols[10]);
+    assert!(xacts > 0, "{row}");
+    // pgbench's own setup queries are the few transactions that bind nothing.
+    assert!(binds >= xacts - 10, "every transaction binds: {row}");
+    assert!(client_parses > 0, "{row}");
+    // Each of at most 4 servers prepares each of pgbench's statements (7 at most) once.
+    assert!(server_parses <= 4 * 7, "servers re-prepared: {row}");
+}
+
+#[test]
+fn pgbench_prepared_transaction_mode() {
+    pgbench_prepared("transaction", false);
+}
+
+#[test]
+fn pgbench_prepared_transaction_mode_connect_per_transaction() {
+    pgbench_prepared("transaction", true);
+}
+
+#[test]
+fn pgbench_prepared_statement_mode() {
+    pgbench_prepared("statement", false);
+}
