@@ -327,3 +327,87 @@ fn pgbench_prepared_transaction_mode_connect_per_transaction() {
 fn pgbench_prepared_statement_mode() {
     pgbench_prepared("statement", false);
 }
+
+/// tokio-postgres names every statement it prepares (s0, s1, ... per connection, so
+/// clients collide by name) and closes the ones it drops: ten clients on two servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_clients_share_two_servers() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .start();
+    let mut tasks = Vec::new();
+    for i in 0..10i32 {
+        let port = weir.port();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(port, "postgres", "postgres").await.unwrap();
+            // Same names (s0, s1) in every client, different texts.
+            let add = c
+                .prepare(&format!("select $1::int + {i} as n"))
+                .await
+                .unwrap();
+            let me = c.prepare(&format!("select 'client {i}' as who")).await.unwrap();
+            for round in 0..20i32 {
+                let n: i32 = c.query_one(&add, &[&round]).await.unwrap().get(0);
+                assert_eq!(n, round + i);
+                let who: String = c.query_one(&me, &[]).await.unwrap().get(0);
+                assert_eq!(who, format!("client {i}"));
+                // A one-off statement: prepared, run and closed each time.
+                let s: String = c
+                    .query_one("select $1::text || '!'", &[&format!("{i}/{round}")])
+                    .await
+                    .unwrap()
+                    .get(0);
+                assert_eq!(s, format!("{i}/{round}!"));
+                let tx = c.transaction().await.unwrap();
+                let n: i32 = tx.query_one(&add, &[&1]).await.unwrap().get(0);
+                assert_eq!(n, 1 + i);
+                if round % 5 == 0 {
+                    let e = tx.query_one("select 1/0", &[]).await.unwrap_err();
+                    assert_eq!(expect_db_error(&e).code, "22012");
+                    tx.rollback().await.unwrap();
+                } else {
+                    tx.commit().await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Two clients on one server: neither can use the other's statement by its name, and
+/// each keeps its own after the other has run.
+#[test]
+fn clients_never_see_each_others_statements() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .start();
+    let mut a = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    a.send(&[parse("mine", "select 'a'"), sync()].concat());
+    a.read_until_ready();
+    b.send(&[bind("", "mine", &[]), execute("", 0), sync()].concat());
+    assert_eq!(b.expect_error().code, "26000");
+    b.read_until_ready();
+    b.send(&[parse("mine", "select 'b'"), bind("", "mine", &[]), execute("", 0), sync()].concat());
+    let rows: Vec<_> = b
+        .read_until_ready()
+        .into_iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| data_row(&m.body))
+        .collect();
+    assert_eq!(rows, vec![vec![Some("b".to_string())]]);
+    a.send(&[bind("", "mine", &[]), execute("", 0), sync()].concat());
+    let rows: Vec<_> = a
+        .read_until_ready()
+        .into_iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| data_row(&m.body))
+        .collect();
+    assert_eq!(rows, vec![vec![Some("a".to_string())]]);
+}
