@@ -22,9 +22,24 @@ pub struct Delta {
     pub binds: u64,
 }
 
-impl Delta {
+/// What a client task counts while it relays: the traffic fields of `Delta` only (the
+/// prepared-statement counters live with the client's statements), so that every
+/// client's session stays small.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Traffic {
+    pub server_assignments: u64,
+    pub xacts: u64,
+    pub queries: u64,
+    pub received: u64,
+    pub sent: u64,
+    pub xact_time_us: u64,
+    pub query_time_us: u64,
+    pub wait_time_us: u64,
+}
+
+impl Traffic {
     pub fn is_empty(&self) -> bool {
-        *self == Delta::default()
+        *self == Traffic::default()
     }
 }
 
@@ -47,6 +62,20 @@ pub struct Counters {
 }
 
 impl Counters {
+    pub fn add_traffic(&self, t: &Traffic) {
+        self.add(&Delta {
+            server_assignments: t.server_assignments,
+            xacts: t.xacts,
+            queries: t.queries,
+            received: t.received,
+            sent: t.sent,
+            xact_time_us: t.xact_time_us,
+            query_time_us: t.query_time_us,
+            wait_time_us: t.wait_time_us,
+            ..Delta::default()
+        });
+    }
+
     pub fn add(&self, d: &Delta) {
         let pairs = [
             (&self.server_assignments, d.server_assignments),

@@ -347,7 +347,10 @@ async fn tokio_postgres_clients_share_two_servers() {
                 .prepare(&format!("select $1::int + {i} as n"))
                 .await
                 .unwrap();
-            let me = c.prepare(&format!("select 'client {i}' as who")).await.unwrap();
+            let me = c
+                .prepare(&format!("select 'client {i}' as who"))
+                .await
+                .unwrap();
             for round in 0..20i32 {
                 let n: i32 = c.query_one(&add, &[&round]).await.unwrap().get(0);
                 assert_eq!(n, round + i);
@@ -394,7 +397,15 @@ fn clients_never_see_each_others_statements() {
     b.send(&[bind("", "mine", &[]), execute("", 0), sync()].concat());
     assert_eq!(b.expect_error().code, "26000");
     b.read_until_ready();
-    b.send(&[parse("mine", "select 'b'"), bind("", "mine", &[]), execute("", 0), sync()].concat());
+    b.send(
+        &[
+            parse("mine", "select 'b'"),
+            bind("", "mine", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    );
     let rows: Vec<_> = b
         .read_until_ready()
         .into_iter()

@@ -25,7 +25,7 @@ use crate::protocol::PgError;
 use crate::registry::clients::{
     CancelTarget, ClientHandle, CANCEL, PARK, WAIT_NOTIFY, WAIT_TIMEOUT,
 };
-use crate::stats::Delta;
+use crate::stats::Traffic;
 use crate::stream::{Endpoint, Stream};
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
@@ -79,14 +79,16 @@ pub struct Session {
     max_packet: u32,
     /// max_prepared_statements in pooled modes; 0 where statements are not tracked
     /// (session mode, or turned off).
-    prepared_cap: u32,
+    prepared_cap: u16,
     exchange: Exchange,
     shutting_down: bool,
+    /// The client's next message waits for a server (it names a prepared statement).
+    held_back: bool,
     client: ClientHandle,
     /// Counted in the pool's clients for as long as the session lives.
     pool: PoolMember,
     /// Traffic counted since the last transaction ended, added to the pool's stats then.
-    delta: Delta,
+    delta: Traffic,
     query_started: Option<Instant>,
     xact_started: Option<Instant>,
     /// When the client last became idle with a server lent (for idle_transaction_timeout).
@@ -98,9 +100,6 @@ pub struct Session {
     log_disconnections: bool,
     /// Held for its Drop: the client's place in the global client count.
     _count: ClientCount,
-    /// The client's named statements and the replies owed for what was sent, once it
-    /// uses the extended protocol in a pooled mode (see prepared).
-    prepared: Option<Box<crate::prepared::ClientStatements>>,
     /// What few sessions keep for long; None for most once they are welcomed.
     extras: Option<Box<Extras>>,
 }
@@ -131,11 +130,15 @@ struct Extras {
     /// Held for their Drop: the client's places in max_db_client_connections and
     /// max_user_client_connections.
     _slots: Option<ClientSlots>,
+    /// The client's named statements and the replies owed for what was sent, once it
+    /// uses the extended protocol in a pooled mode (see prepared).
+    prepared: Option<Box<crate::prepared::ClientStatements>>,
 }
 
 impl Extras {
     fn is_empty(&self) -> bool {
-        self.requested.is_none()
+        self.prepared.is_none()
+            && self.requested.is_none()
             && self.scram_keys.is_none()
             && self.timer.is_none()
             && self._slots.is_none()
@@ -335,14 +338,14 @@ async fn start(
         prepared_cap: if mode == PoolMode::Session {
             0
         } else {
-            general.max_prepared_statements
+            general.max_prepared_statements.min(u16::MAX.into()) as u16
         },
-        prepared: None,
         exchange: Exchange::fresh(),
         shutting_down: false,
+        held_back: false,
         client: handle,
         pool: PoolMember(pool),
-        delta: Delta::default(),
+        delta: Traffic::default(),
         query_started: None,
         xact_started: None,
         idle_since: Instant::now(),
@@ -355,6 +358,7 @@ async fn start(
             scram_keys,
             timer: None,
             _slots: (_slots.0.is_some() || _slots.1.is_some()).then_some(_slots),
+            prepared: None,
         })),
     };
     Some(session)
@@ -563,7 +567,7 @@ impl Session {
                 let _ = self.inbuf.split_to(end);
                 // What was framed while queueing is dropped with it.
                 self.cframe.reset();
-                if let Some(p) = &mut self.prepared {
+                if let Some(p) = prepare::statements(&mut self.extras) {
                     p.clear_replies();
                 }
                 break;
@@ -832,8 +836,8 @@ impl Session {
     fn flush_stats(&mut self) {
         self.flush_prepared_stats();
         if !self.delta.is_empty() {
-            self.pool.stats.add(&self.delta);
-            self.delta = Delta::default();
+            self.pool.stats.add_traffic(&self.delta);
+            self.delta = Traffic::default();
         }
     }
 

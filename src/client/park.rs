@@ -122,10 +122,12 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     if let Some(extras) = &mut session.extras {
         extras.timer = None;
     }
-    session.trim_extras();
-    if session.prepared.as_ref().is_some_and(|p| p.is_empty()) {
-        session.prepared = None;
+    if let Some(extras) = &mut session.extras {
+        if extras.prepared.as_ref().is_some_and(|p| p.is_empty()) {
+            extras.prepared = None;
+        }
     }
+    session.trim_extras();
     crate::bufpool::park(&mut session.inbuf);
     crate::bufpool::park(&mut session.outbuf);
     let fd = match session.stream.park() {

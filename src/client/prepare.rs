@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use bytes::BytesMut;
 
-use super::Session;
+use super::{Extras, Session};
 use crate::pool::Pool;
 use crate::prepared::rewrite::{self, Context, Edit, ServerEdit};
 use crate::prepared::{ClientStatements, ServerStatements};
@@ -58,7 +58,7 @@ impl Session {
         let at = frame.start + HEADER_LEN;
         let range = frame.body.clone().unwrap_or(at..at);
         let body = &self.inbuf[range.clone()];
-        if self.prepared.is_none() {
+        if statements(&mut self.extras).is_none() {
             // Clients that only ever send simple queries are not tracked at all.
             let needed = matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E')
                 || (tag == b'Q' && crate::prepared::messages::drops_all_statements(body));
@@ -68,9 +68,9 @@ impl Session {
             if self.exchange.pending > 0 || self.exchange.unsynced {
                 return self.hold(frame);
             }
-            self.prepared = Some(Box::default());
+            self.extras.get_or_insert_with(Box::default).prepared = Some(Box::default());
         }
-        let Some(p) = self.prepared.as_deref_mut() else {
+        let Some(p) = statements(&mut self.extras) else {
             return true;
         };
         let cx = Context {
@@ -92,14 +92,14 @@ impl Session {
 
     fn hold(&mut self, frame: &Frame) -> bool {
         self.cframe.truncate(frame.start);
-        self.exchange.held_back = true;
+        self.held_back = true;
         false
     }
 
     /// Matches a framed server message to what is owed. False when it was un-framed so
     /// that replies Weir owes, due before it, go first.
     pub(super) fn track_server(&mut self, frame: &Frame, server: &mut ServerStatements) -> bool {
-        let Some(p) = self.prepared.as_deref_mut() else {
+        let Some(p) = statements(&mut self.extras) else {
             return true;
         };
         if rewrite::synth_due(p) {
@@ -128,7 +128,7 @@ impl Session {
     /// Adds the replies Weir owes the client at the end of what is framed, when that is a
     /// message boundary.
     pub(super) fn emit_synths(&mut self) {
-        let Some(p) = self.prepared.as_deref_mut() else {
+        let Some(p) = statements(&mut self.extras) else {
             return;
         };
         if !rewrite::synth_due(p) || !self.sframe.at_boundary() {
@@ -147,7 +147,8 @@ impl Session {
         if self.prepared_cap == 0 || self.inbuf.first() != Some(&b'P') {
             return false;
         }
-        let p = self.prepared.get_or_insert_with(Box::default);
+        let extras = self.extras.get_or_insert_with(Box::default);
+        let p = extras.prepared.get_or_insert_with(Box::default);
         if !p.replies.is_empty() {
             return false;
         }
@@ -163,13 +164,26 @@ impl Session {
     }
 
     pub(super) fn flush_prepared_stats(&mut self) {
-        flush_counts(&mut self.prepared, &self.pool);
+        flush_counts(&mut self.extras, &self.pool);
     }
 }
 
+/// The client's statements, if it has any (they live in the session's extras).
+pub(super) fn statements(extras: &mut Option<Box<Extras>>) -> Option<&mut ClientStatements> {
+    extras.as_deref_mut()?.prepared.as_deref_mut()
+}
+
+/// True when no reply is owed for anything the client sent.
+pub(super) fn replies_settled(extras: &Option<Box<Extras>>) -> bool {
+    extras
+        .as_deref()
+        .and_then(|e| e.prepared.as_deref())
+        .is_none_or(|p| p.replies.is_empty())
+}
+
 /// Adds a client's prepared-statement counters to its pool's stats.
-pub(super) fn flush_counts(prepared: &mut Option<Box<ClientStatements>>, pool: &Pool) {
-    if let Some(p) = prepared.as_deref_mut() {
+pub(super) fn flush_counts(extras: &mut Option<Box<Extras>>, pool: &Pool) {
+    if let Some(p) = statements(extras) {
         if p.client_parses + p.server_parses + p.binds > 0 {
             pool.stats
                 .add_prepared(p.client_parses, p.server_parses, p.binds);
@@ -191,5 +205,15 @@ mod tests {
         assert_eq!(&b[..], b"aabb");
         splice(&mut b, 4..4, b"cc");
         assert_eq!(&b[..], b"aabbcc");
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// Every idle client holds its boxed session: it must stay within the allocator's
+    /// 320-byte size class (statement tracking lives in the extras for that reason).
+    #[test]
+    fn a_session_fits_its_size_class() {
+        assert!(std::mem::size_of::<super::Session>() <= 320);
     }
 }

@@ -54,8 +54,6 @@ pub struct Exchange {
     /// The last transaction status: I (idle), T (in a transaction), E (failed transaction).
     pub status: u8,
     pub terminated: bool,
-    /// The client's next message waits for a server (it names a prepared statement).
-    pub held_back: bool,
 }
 
 impl Exchange {
@@ -79,7 +77,7 @@ impl Session {
             && self.cframe.at_boundary()
             && self.sframe.at_boundary()
             && self.sframe.scanned() == self.outbuf.len()
-            && self.prepared.as_ref().is_none_or(|p| p.replies.is_empty())
+            && super::prepare::replies_settled(&self.extras)
     }
 
     /// Frames what the client has sent of its next request while it queues for a server,
@@ -89,7 +87,7 @@ impl Session {
     pub fn request_ahead(&mut self) -> Option<Ahead> {
         self.scan_client(None).ok()?;
         let ready = self.cframe.scanned();
-        if ready == 0 || !self.cframe.at_boundary() || self.exchange.held_back {
+        if ready == 0 || !self.cframe.at_boundary() || self.held_back {
             return None;
         }
         Some(Ahead {
@@ -144,7 +142,7 @@ impl Session {
             let mut progress = false;
 
             // Past the high-water mark only to complete a message that must be seen whole.
-            let unframed = self.cframe.scanned() == 0 && !self.exchange.held_back;
+            let unframed = self.cframe.scanned() == 0 && !self.held_back;
             if !self.exchange.terminated && (self.inbuf.len() < HIGH_WATER || unframed) {
                 crate::bufpool::ensure(&mut self.inbuf);
                 match poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
@@ -267,7 +265,7 @@ impl Session {
         &mut self,
         mut server: Option<&mut crate::prepared::ServerStatements>,
     ) -> Result<(), PgError> {
-        self.exchange.held_back = false;
+        self.held_back = false;
         if self.exchange.terminated {
             return Ok(());
         }
@@ -328,7 +326,7 @@ impl Session {
     }
 
     fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
-        let tracking = self.prepared.is_some();
+        let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
                 t == b'Z' || t == b'S' || (tracking && t == b'E')
@@ -372,9 +370,9 @@ impl Session {
                                 self.delta.xacts += 1;
                                 self.pool.stats.xact_latency.observe(us);
                             }
-                            self.pool.stats.add(&self.delta);
-                            self.delta = crate::stats::Delta::default();
-                            super::prepare::flush_counts(&mut self.prepared, &self.pool);
+                            self.pool.stats.add_traffic(&self.delta);
+                            self.delta = crate::stats::Traffic::default();
+                            super::prepare::flush_counts(&mut self.extras, &self.pool);
                         }
                         if self.mode == PoolMode::Statement && x.status != b'I' {
                             return Err(Event::TransactionInStatementMode);
