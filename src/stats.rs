@@ -4,8 +4,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// What a client task counts while it relays; its prepared-statement counters travel
+/// with its statements instead (client::prepare), so that every client's session stays
+/// small.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Delta {
+pub struct Traffic {
     pub server_assignments: u64,
     pub xacts: u64,
     pub queries: u64,
@@ -16,25 +19,39 @@ pub struct Delta {
     pub xact_time_us: u64,
     pub query_time_us: u64,
     pub wait_time_us: u64,
+}
+
+/// A pool's counters: the traffic (reached through Deref, `d.xacts`) and the
+/// prepared-statement counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delta {
+    pub traffic: Traffic,
     /// Named Parses from clients, Parses Weir sent to servers, Binds of named statements.
     pub client_parses: u64,
     pub server_parses: u64,
     pub binds: u64,
 }
 
-/// What a client task counts while it relays: the traffic fields of `Delta` only (the
-/// prepared-statement counters live with the client's statements), so that every
-/// client's session stays small.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Traffic {
-    pub server_assignments: u64,
-    pub xacts: u64,
-    pub queries: u64,
-    pub received: u64,
-    pub sent: u64,
-    pub xact_time_us: u64,
-    pub query_time_us: u64,
-    pub wait_time_us: u64,
+impl std::ops::Deref for Delta {
+    type Target = Traffic;
+    fn deref(&self) -> &Traffic {
+        &self.traffic
+    }
+}
+
+impl std::ops::DerefMut for Delta {
+    fn deref_mut(&mut self) -> &mut Traffic {
+        &mut self.traffic
+    }
+}
+
+impl From<Traffic> for Delta {
+    fn from(traffic: Traffic) -> Delta {
+        Delta {
+            traffic,
+            ..Delta::default()
+        }
+    }
 }
 
 impl Traffic {
@@ -63,17 +80,7 @@ pub struct Counters {
 
 impl Counters {
     pub fn add_traffic(&self, t: &Traffic) {
-        self.add(&Delta {
-            server_assignments: t.server_assignments,
-            xacts: t.xacts,
-            queries: t.queries,
-            received: t.received,
-            sent: t.sent,
-            xact_time_us: t.xact_time_us,
-            query_time_us: t.query_time_us,
-            wait_time_us: t.wait_time_us,
-            ..Delta::default()
-        });
+        self.add(&Delta::from(*t));
     }
 
     pub fn add(&self, d: &Delta) {
@@ -99,14 +106,16 @@ impl Counters {
 
     pub fn read(&self) -> Delta {
         Delta {
-            server_assignments: self.server_assignments.load(Ordering::Relaxed),
-            xacts: self.xacts.load(Ordering::Relaxed),
-            queries: self.queries.load(Ordering::Relaxed),
-            received: self.received.load(Ordering::Relaxed),
-            sent: self.sent.load(Ordering::Relaxed),
-            xact_time_us: self.xact_time_us.load(Ordering::Relaxed),
-            query_time_us: self.query_time_us.load(Ordering::Relaxed),
-            wait_time_us: self.wait_time_us.load(Ordering::Relaxed),
+            traffic: Traffic {
+                server_assignments: self.server_assignments.load(Ordering::Relaxed),
+                xacts: self.xacts.load(Ordering::Relaxed),
+                queries: self.queries.load(Ordering::Relaxed),
+                received: self.received.load(Ordering::Relaxed),
+                sent: self.sent.load(Ordering::Relaxed),
+                xact_time_us: self.xact_time_us.load(Ordering::Relaxed),
+                query_time_us: self.query_time_us.load(Ordering::Relaxed),
+                wait_time_us: self.wait_time_us.load(Ordering::Relaxed),
+            },
             client_parses: self.client_parses.load(Ordering::Relaxed),
             server_parses: self.server_parses.load(Ordering::Relaxed),
             binds: self.binds.load(Ordering::Relaxed),
@@ -338,16 +347,16 @@ mod tests {
     #[test]
     fn add_and_read() {
         let c = Counters::default();
-        let d = Delta {
+        let d = Delta::from(Traffic {
             xacts: 2,
             queries: 3,
             sent: 10,
-            ..Delta::default()
-        };
+            ..Traffic::default()
+        });
         c.add(&d);
         c.add(&d);
         assert_eq!(c.read().queries, 6);
         assert_eq!(c.read().sent, 20);
-        assert!(!c.read().is_empty());
+        assert_ne!(c.read(), Delta::default());
     }
 }

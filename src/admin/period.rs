@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::registry::now_micros;
-use crate::stats::Delta;
+use crate::stats::{Delta, Traffic};
 
 struct Snapshots {
     /// When the previous refresh ran (the start of the averaging window).
@@ -131,14 +131,16 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
         .server_assignments
         .saturating_sub(old.server_assignments);
     Delta {
-        server_assignments: per_sec(cur.server_assignments, old.server_assignments),
-        xacts: per_sec(cur.xacts, old.xacts),
-        queries: per_sec(cur.queries, old.queries),
-        received: per_sec(cur.received, old.received),
-        sent: per_sec(cur.sent, old.sent),
-        xact_time_us: per(cur.xact_time_us, old.xact_time_us, xacts),
-        query_time_us: per(cur.query_time_us, old.query_time_us, queries),
-        wait_time_us: per(cur.wait_time_us, old.wait_time_us, assignments),
+        traffic: Traffic {
+            server_assignments: per_sec(cur.server_assignments, old.server_assignments),
+            xacts: per_sec(cur.xacts, old.xacts),
+            queries: per_sec(cur.queries, old.queries),
+            received: per_sec(cur.received, old.received),
+            sent: per_sec(cur.sent, old.sent),
+            xact_time_us: per(cur.xact_time_us, old.xact_time_us, xacts),
+            query_time_us: per(cur.query_time_us, old.query_time_us, queries),
+            wait_time_us: per(cur.wait_time_us, old.wait_time_us, assignments),
+        },
         client_parses: per_sec(cur.client_parses, old.client_parses),
         server_parses: per_sec(cur.server_parses, old.server_parses),
         binds: per_sec(cur.binds, old.binds),
@@ -151,21 +153,21 @@ mod tests {
 
     #[test]
     fn averages_like_pgbouncer() {
-        let old = Delta {
+        let old = Delta::from(Traffic {
             xacts: 10,
             queries: 20,
             xact_time_us: 1000,
             query_time_us: 1000,
-            ..Delta::default()
-        };
-        let cur = Delta {
+            ..Traffic::default()
+        });
+        let cur = Delta::from(Traffic {
             xacts: 30,
             queries: 60,
             received: 4000,
             xact_time_us: 5000,
             query_time_us: 3000,
-            ..Delta::default()
-        };
+            ..Traffic::default()
+        });
         let a = averages(&cur, &old, 2_000_000);
         assert_eq!(a.xacts, 10);
         assert_eq!(a.queries, 20);
