@@ -279,7 +279,9 @@ fn more_statements_than_the_cache_holds() {
 /// statement once.
 fn pgbench_prepared(mode: &str, connect_per_tx: bool) {
     let pg = PgServer::start();
+    let http = free_port();
     let weir = Weir::for_pg(&pg)
+        .set("http_listen", format!("127.0.0.1:{http}"))
         .set("pool_mode", mode)
         .set("default_pool_size", 4)
         .set("max_client_conn", 200)
@@ -311,6 +313,13 @@ fn pgbench_prepared(mode: &str, connect_per_tx: bool) {
     assert!(client_parses > 0, "{row}");
     // Each of at most 4 servers prepares each of pgbench's statements (7 at most) once.
     assert!(server_parses <= 4 * 7, "servers re-prepared: {row}");
+    let metrics = common::http::http_get(http, "/metrics").unwrap().body;
+    let binds_metric: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("weir_pool_binds_total{") && l.contains("database=\"postgres\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no weir_pool_binds_total in {metrics}"));
+    assert!(binds_metric >= binds as f64, "{binds_metric} < {binds}");
 }
 
 #[test]

@@ -315,6 +315,34 @@ impl Collector for LiveCollector {
             Some(Unit::Seconds),
             per_pool(pools, |p| V::Counter(secs(p.totals.wait_time_us))),
         )?;
+        for (name, help, pick) in [
+            (
+                "weir_pool_client_parses",
+                "Named statements prepared by clients (Parse messages).",
+                0,
+            ),
+            (
+                "weir_pool_server_parses",
+                "Statements Weir prepared on servers (a client's statement new to that server).",
+                1,
+            ),
+            (
+                "weir_pool_binds",
+                "Executions of named statements (Bind messages).",
+                2,
+            ),
+        ] {
+            family(
+                e,
+                name,
+                help,
+                None,
+                per_pool(pools, |p| {
+                    let t = &p.totals;
+                    c([t.client_parses, t.server_parses, t.binds][pick])
+                }),
+            )?;
+        }
 
         // ---- latency histograms ----
         for (name, help, pick) in [
