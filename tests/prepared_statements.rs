@@ -431,3 +431,32 @@ fn clients_never_see_each_others_statements() {
         .collect();
     assert_eq!(rows, vec![vec![Some("a".to_string())]]);
 }
+
+/// Rails deallocates the statements its cache evicts with SQL `DEALLOCATE name`.
+#[test]
+fn sql_deallocate_of_protocol_statements() {
+    same_as_direct(|| {
+        vec![
+            step(vec![
+                parse("a1", "select 1"),
+                parse("A2", "select 2"),
+                sync(),
+            ]),
+            step(vec![query("DEALLOCATE a1")]),
+            step(vec![bind("", "a1", &[]), execute("", 0), sync()]),
+            step(vec![query("deallocate prepare \"A2\";")]),
+            step(vec![query("DEALLOCATE a1")]),
+            step(vec![query("DEALLOCATE weir_1")]),
+            step(vec![
+                parse("a1", "select 'again'"),
+                bind("", "a1", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            step(vec![query("begin"), query("select 1/0")]),
+            step(vec![query("DEALLOCATE a1")]),
+            step(vec![query("rollback")]),
+            step(vec![bind("", "a1", &[]), execute("", 0), sync()]),
+        ]
+    });
+}

@@ -61,7 +61,7 @@ impl Session {
         if statements(&mut self.extras).is_none() {
             // Clients that only ever send simple queries are not tracked at all.
             let needed = matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E')
-                || (tag == b'Q' && crate::prepared::messages::drops_all_statements(body));
+                || (tag == b'Q' && crate::prepared::messages::query_kind(body).is_some());
             if !needed {
                 return true;
             }
@@ -96,8 +96,9 @@ impl Session {
         false
     }
 
-    /// Matches a framed server message to what is owed. False when it was un-framed so
-    /// that replies Weir owes, due before it, go first.
+    /// Matches a framed server message to what is owed. False when the relay is to look
+    /// no further at it: removed (a reply to Weir's own message), or un-framed so that
+    /// replies Weir owes, due before it, go first.
     pub(super) fn track_server(&mut self, frame: &Frame, server: &mut ServerStatements) -> bool {
         let Some(p) = statements(&mut self.extras) else {
             return true;
@@ -111,10 +112,11 @@ impl Session {
         match rewrite::server_message(frame.tag, body, p, server) {
             ServerEdit::Keep => {}
             ServerEdit::Remove => {
-                // ParseComplete and CloseComplete have no body: framed, they are whole.
-                let end = self.sframe.scanned();
+                // ParseComplete, CloseComplete and ReadyForQuery are framed whole.
+                let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
                 splice(&mut self.outbuf, frame.start..end, &[]);
                 self.sframe.truncate(frame.start);
+                return false;
             }
             ServerEdit::Replace(with) => {
                 let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);

@@ -66,6 +66,30 @@ pub fn put_failing_parse(out: &mut BytesMut) {
     put_message(out, b'P', |b| b.put_slice(FAILING_PARSE));
 }
 
+/// The simple-query form of `put_failing_parse`.
+pub fn put_failing_query(out: &mut BytesMut) {
+    put_query(out, FAILING_QUERY);
+}
+
+const FAILING_QUERY: &[u8] = b"SELECT pg_catalog.weir_statement_check()";
+
+pub fn put_query(out: &mut BytesMut, sql: &[u8]) {
+    put_message(out, b'Q', |b| {
+        b.put_slice(sql);
+        b.put_u8(0);
+    });
+}
+
+pub fn put_sync(out: &mut BytesMut) {
+    put_message(out, b'S', |_| {});
+}
+
+/// DEALLOCATE of a statement by Weir's name.
+pub fn put_deallocate(out: &mut BytesMut, def_id: u64) {
+    let sql = format!("DEALLOCATE weir_{def_id}");
+    put_query(out, sql.as_bytes());
+}
+
 pub fn put_bind(out: &mut BytesMut, portal: &[u8], def: &Def, rest: &[u8]) {
     put_message(out, b'B', |b| {
         b.put_slice(portal);
@@ -85,23 +109,79 @@ pub fn put_target(out: &mut BytesMut, tag: u8, def_id: u64) {
     });
 }
 
-/// True when a simple query's first bytes are a statement that drops every prepared
-/// statement of the session: DEALLOCATE [PREPARE] ALL or DISCARD ALL (Prisma sends the
-/// first, poolers and frameworks the second). Leading blanks and semicolons are skipped.
-pub fn drops_all_statements(prefix: &[u8]) -> bool {
-    let mut words = prefix
-        .split(|&c| c.is_ascii_whitespace() || c == b';' || c == 0)
-        .filter(|w| !w.is_empty());
-    let mut next = || words.next().map(|w| w.to_ascii_lowercase());
-    match next().as_deref() {
-        Some(b"deallocate") => match next().as_deref() {
-            Some(b"all") => true,
-            Some(b"prepare") => next().as_deref() == Some(b"all"),
-            _ => false,
-        },
-        Some(b"discard") => next().as_deref() == Some(b"all"),
-        _ => false,
+/// What a simple query does to prepared statements, when that is all it does.
+#[derive(Debug, PartialEq, Eq)]
+pub enum QueryKind {
+    /// DEALLOCATE [PREPARE] ALL or DISCARD ALL (Prisma sends the first, frameworks and
+    /// poolers the second); recognised from the first words, whatever follows.
+    DropAll,
+    /// DEALLOCATE [PREPARE] name, alone in the query (Rails sends it when its statement
+    /// cache evicts one it prepared with the protocol); the name as PostgreSQL folds it.
+    Deallocate(Vec<u8>),
+}
+
+/// Classifies a simple query from its first bytes (`body`, a prefix of the query unless it
+/// ends with the query's NUL). Leading blanks and semicolons are skipped.
+pub fn query_kind(body: &[u8]) -> Option<QueryKind> {
+    let mut rest = body;
+    let mut word = || -> Option<Vec<u8>> {
+        let start = rest
+            .iter()
+            .position(|&c| !(c.is_ascii_whitespace() || c == b';'))?;
+        rest = &rest[start..];
+        let len = rest
+            .iter()
+            .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || c == b'$'))
+            .unwrap_or(rest.len());
+        let w = rest[..len].to_ascii_lowercase();
+        rest = &rest[len..];
+        (!w.is_empty()).then_some(w)
+    };
+    match word()?.as_slice() {
+        b"discard" => (word()?.as_slice() == b"all").then_some(QueryKind::DropAll),
+        b"deallocate" => {
+            let mut w = word();
+            if w.as_deref() == Some(b"prepare") {
+                w = word();
+            }
+            match w {
+                Some(w) if w == b"all" => Some(QueryKind::DropAll),
+                Some(name) if body.ends_with(b"\0") && only_ends(rest) => {
+                    Some(QueryKind::Deallocate(name))
+                }
+                // A quoted name keeps its case.
+                None if body.ends_with(b"\0") => quoted(rest).map(QueryKind::Deallocate),
+                _ => None,
+            }
+        }
+        _ => None,
     }
+}
+
+/// True when nothing but blanks, semicolons and the NUL follows.
+fn only_ends(rest: &[u8]) -> bool {
+    rest.iter()
+        .all(|&c| c.is_ascii_whitespace() || c == b';' || c == 0)
+}
+
+/// A double-quoted identifier at the start of `rest` (after blanks), alone.
+fn quoted(rest: &[u8]) -> Option<Vec<u8>> {
+    let start = rest.iter().position(|&c| !c.is_ascii_whitespace())?;
+    let mut it = rest[start..].strip_prefix(b"\"")?.iter().enumerate();
+    let mut name = Vec::new();
+    while let Some((i, &c)) = it.next() {
+        if c != b'"' {
+            name.push(c);
+            continue;
+        }
+        if rest[start + 1..].get(i + 1) == Some(&b'"') {
+            name.push(b'"');
+            it.next();
+            continue;
+        }
+        return (only_ends(&rest[start + 2 + i..]) && !name.is_empty()).then_some(name);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -124,22 +204,38 @@ mod tests {
     }
 
     #[test]
-    fn recognises_statements_that_drop_everything() {
-        for yes in [
+    fn recognises_what_queries_do_to_statements() {
+        for all in [
             "DEALLOCATE ALL",
             "  deallocate prepare all;",
             "discard ALL",
             ";DISCARD\tall",
+            "discard all; select 1",
         ] {
-            assert!(drops_all_statements(yes.as_bytes()), "{yes}");
+            assert_eq!(
+                query_kind(all.as_bytes()),
+                Some(QueryKind::DropAll),
+                "{all}"
+            );
         }
+        let name = |q: &str| query_kind(format!("{q}\0").as_bytes());
+        let dealloc = |n: &str| Some(QueryKind::Deallocate(n.as_bytes().to_vec()));
+        assert_eq!(name("DEALLOCATE a1"), dealloc("a1"));
+        assert_eq!(name(" deallocate PREPARE My_Stmt ;"), dealloc("my_stmt"));
+        assert_eq!(
+            name("DEALLOCATE \"Odd \"\"Name\"\"\""),
+            dealloc("Odd \"Name\"")
+        );
         for no in [
-            "DEALLOCATE s1",
+            "DEALLOCATE a1; select 1",
+            "deallocate",
             "discard plans",
             "select 'discard all'",
-            "deallocate",
+            "DEALLOCATE \"unterminated",
         ] {
-            assert!(!drops_all_statements(no.as_bytes()), "{no}");
+            assert_eq!(name(no), None, "{no}");
         }
+        // A prefix of a longer query: the name may go on.
+        assert_eq!(query_kind(b"DEALLOCATE a1"), None);
     }
 }

@@ -102,9 +102,16 @@ pub enum Reply {
     /// client's name back as it was if an earlier error means PostgreSQL would not have
     /// got this far.
     Synth { tag: u8, undo: Option<NameUndo> },
-    /// A Parse made to fail in place of the client's message: the server's error is
-    /// replaced by this one (what PostgreSQL would have said to the client).
-    Fail(PgError),
+    /// A Parse (or, for a simple query, a query) made to fail in place of the client's
+    /// message: the server's error is replaced by this one (what PostgreSQL would have
+    /// said to the client).
+    Fail { error: PgError, query: bool },
+    /// The ReadyForQuery of a Sync Weir added (to prepare a statement before a simple
+    /// query that needs it): removed.
+    SwallowReady,
+    /// The client's DEALLOCATE of its statement, sent as a DEALLOCATE of Weir's name (which
+    /// the server then no longer holds); if it fails, both are as they were.
+    Dealloc { name: Box<[u8]>, def: Arc<Def> },
     /// A query dropping every statement of the session. Both sides are cleared when it is
     /// sent, for what follows it; if it fails, what it would have dropped is put back.
     Reset {
@@ -116,19 +123,18 @@ pub enum Reply {
 impl Reply {
     fn undoable(&self) -> bool {
         match self {
-            Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Evicted(_) | Reply::Reset { .. } => {
-                true
-            }
+            Reply::Parsed { .. }
+            | Reply::Prepared(_)
+            | Reply::Evicted(_)
+            | Reply::Reset { .. }
+            | Reply::Dealloc { .. } => true,
             Reply::Synth { undo, .. } => undo.is_some(),
-            Reply::Sent(_) | Reply::Fail(_) => false,
+            Reply::Sent(_) | Reply::Fail { .. } | Reply::SwallowReady => false,
         }
     }
 
     fn is_barrier(&self) -> bool {
-        matches!(
-            self,
-            Reply::Sent(b'S') | Reply::Sent(b'Q') | Reply::Sent(b'F') | Reply::Reset { .. }
-        )
+        !self.is_extended()
     }
 
     /// True when a server message with this tag completes the reply.
@@ -139,8 +145,12 @@ impl Reply {
             Reply::Sent(b'C') | Reply::Evicted(_) => tag == b'3',
             Reply::Sent(b'D') => matches!(tag, b'T' | b'n'),
             Reply::Sent(b'E') => matches!(tag, b'C' | b'I' | b's'),
-            Reply::Sent(_) | Reply::Reset { .. } => tag == b'Z',
-            Reply::Synth { .. } | Reply::Fail(_) => false,
+            Reply::Sent(_)
+            | Reply::Reset { .. }
+            | Reply::Dealloc { .. }
+            | Reply::SwallowReady
+            | Reply::Fail { query: true, .. } => tag == b'Z',
+            Reply::Synth { .. } | Reply::Fail { query: false, .. } => false,
         }
     }
 
@@ -149,12 +159,17 @@ impl Reply {
     pub fn is_extended(&self) -> bool {
         !matches!(
             self,
-            Reply::Sent(b'S') | Reply::Sent(b'Q') | Reply::Sent(b'F') | Reply::Reset { .. }
+            Reply::Sent(b'S' | b'Q' | b'F')
+                | Reply::Reset { .. }
+                | Reply::Dealloc { .. }
+                | Reply::SwallowReady
+                | Reply::Fail { query: true, .. }
         )
     }
 
+    /// True for what ends an extended-protocol batch: a Sync, the client's or Weir's.
     pub fn is_sync(&self) -> bool {
-        matches!(self, Reply::Sent(b'S'))
+        matches!(self, Reply::Sent(b'S') | Reply::SwallowReady)
     }
 
     /// Undoes what the message changed, for one the server did not carry out.
@@ -190,7 +205,14 @@ impl Reply {
                 }
                 server.absorb(old_server);
             }
-            Reply::Sent(_) | Reply::Synth { undo: None, .. } | Reply::Fail(_) => {}
+            Reply::Dealloc { name, def } => {
+                names.entry(name).or_insert_with(|| def.clone());
+                server.insert(&def);
+            }
+            Reply::Sent(_)
+            | Reply::Synth { undo: None, .. }
+            | Reply::Fail { .. }
+            | Reply::SwallowReady => {}
         }
     }
 }

@@ -57,7 +57,7 @@ pub fn client_message(
         b'P' => parse_parts(body).is_some_and(|(n, _)| !n.is_empty()),
         b'B' => bind_parts(body).is_some_and(|(_, s, _)| !s.is_empty()),
         b'D' | b'C' => target_parts(body).is_some_and(|(k, n)| k == b'S' && !n.is_empty()),
-        b'Q' => drops_all_statements(body),
+        b'Q' => query_kind(body).is_some(),
         _ => false,
     };
     if named && (server.is_none() || p.must_wait()) {
@@ -151,7 +151,14 @@ pub fn client_message(
             keep(p);
             Edit::Replace
         }
-        b'Q' if drops_all_statements(body) => {
+        b'Q' if query_kind(body) != Some(QueryKind::DropAll) => {
+            let (Some(QueryKind::Deallocate(name)), Some(server)) = (query_kind(body), server)
+            else {
+                return keep(p);
+            };
+            deallocate(p, server, &name, cx, out).unwrap_or_else(|| keep(p))
+        }
+        b'Q' => {
             let Some(server) = server else {
                 return Edit::Hold;
             };
@@ -170,16 +177,61 @@ pub fn client_message(
 /// the name is one of Weir's (which some server may well have): that one must not reach
 /// a server, so the error is made here.
 fn missing(p: &mut ClientStatements, out: &mut BytesMut, name: &[u8]) -> Option<Edit> {
+    missing_as(p, out, name, false)
+}
+
+fn missing_as(
+    p: &mut ClientStatements,
+    out: &mut BytesMut,
+    name: &[u8],
+    query: bool,
+) -> Option<Edit> {
     is_weir_name(name).then(|| {
         let msg = format!("prepared statement \"{}\" does not exist", lossy(name));
-        fail(p, out, PgError::error("26000", msg))
+        fail_as(p, out, PgError::error("26000", msg), query)
     })
 }
 
 fn fail(p: &mut ClientStatements, out: &mut BytesMut, error: PgError) -> Edit {
-    put_failing_parse(out);
-    p.push(Reply::Fail(error));
+    fail_as(p, out, error, false)
+}
+
+fn fail_as(p: &mut ClientStatements, out: &mut BytesMut, error: PgError, query: bool) -> Edit {
+    if query {
+        put_failing_query(out);
+    } else {
+        put_failing_parse(out);
+    }
+    p.push(Reply::Fail { error, query });
     Edit::Replace
+}
+
+/// DEALLOCATE of one of the client's statements: it goes to the server as a DEALLOCATE of
+/// Weir's name, so that the client gets PostgreSQL's own reply (or error, in a failed
+/// transaction); the server is made to hold the statement first if it lacks it. None for
+/// a name the client does not have: the server's error names it as the client did.
+fn deallocate(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    name: &[u8],
+    cx: &Context,
+    out: &mut BytesMut,
+) -> Option<Edit> {
+    let Some((name, def)) = p.names.remove_entry(name) else {
+        return missing_as(p, out, name, true);
+    };
+    if !server.touch(def.id) && cx.status != b'E' {
+        evict(p, server, cx.cap, out);
+        p.server_parses += 1;
+        put_parse(out, &def);
+        put_sync(out);
+        p.push(Reply::Prepared(def.clone()));
+        p.push(Reply::SwallowReady);
+    }
+    server.remove(def.id);
+    put_deallocate(out, def.id);
+    p.push(Reply::Dealloc { name, def });
+    Some(Edit::Replace)
 }
 
 /// Prepares `def` on the server ahead of the message that uses it, if it lacks it.
@@ -219,21 +271,21 @@ pub fn server_message(
         return ServerEdit::Keep;
     };
     if tag == b'E' {
-        if !front.is_extended() {
-            // A simple query's error ends nothing; a failed reset dropped nothing.
-            if matches!(front, Reply::Reset { .. }) {
-                if let Some(reset) = p.pop() {
-                    reset.undo(&mut p.names, server);
-                }
-                p.push_front(Reply::Sent(b'Q'));
-            }
-            return ServerEdit::Keep;
-        }
         let mut edit = ServerEdit::Keep;
-        if let Reply::Fail(error) = front {
+        if let Reply::Fail { error, .. } = front {
             if body.is_some_and(|b| PgError::parse(b).code == FAILING_CODE) {
                 edit = ServerEdit::Replace(error_response(error));
             }
+        }
+        if !front.is_extended() {
+            // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
+            if matches!(front, Reply::Reset { .. } | Reply::Dealloc { .. }) {
+                if let Some(failed) = p.pop() {
+                    failed.undo(&mut p.names, server);
+                }
+                p.push_front(Reply::Sent(b'Q'));
+            }
+            return edit;
         }
         // The server skips everything up to the next Sync.
         while p.replies.front().is_some_and(|r| !r.is_sync()) {
@@ -247,6 +299,9 @@ pub fn server_message(
         // Everything before a ReadyForQuery is answered (or was skipped).
         while let Some(r) = p.pop() {
             if r.ends_with(b'Z') {
+                if matches!(r, Reply::SwallowReady) {
+                    return ServerEdit::Remove;
+                }
                 break;
             }
         }
