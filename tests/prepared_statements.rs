@@ -460,3 +460,36 @@ fn sql_deallocate_of_protocol_statements() {
         ]
     });
 }
+
+/// SQL PREPARE / EXECUTE / DEALLOCATE, and their names shared with the protocol's.
+#[test]
+fn sql_prepare_execute_deallocate() {
+    same_as_direct(|| {
+        vec![
+            // The second client finds this one on the server: Weir answers the PREPARE.
+            step(vec![query("PREPARE keep AS select 'kept'")]),
+            step(vec![query("EXECUTE keep")]),
+            step(vec![query("PREPARE q1 (int) AS select $1 + 1")]),
+            step(vec![query("EXECUTE q1 (41)")]),
+            step(vec![query("execute Q1(1);")]),
+            step(vec![query("PREPARE q1 AS select 2")]),
+            step(vec![parse("q1", "select 3"), sync()]),
+            step(vec![query("PREPARE \"Q 2\" AS select 'two'")]),
+            step(vec![query("EXECUTE \"Q 2\"")]),
+            step(vec![query("EXECUTE nope")]),
+            step(vec![query("PREPARE bad AS select from from")]),
+            step(vec![query("EXECUTE bad")]),
+            step(vec![parse("p1", "select 'protocol'"), sync()]),
+            step(vec![query("EXECUTE p1")]),
+            step(vec![query("begin"), query("select 1/0")]),
+            step(vec![query("EXECUTE q1 (1)")]),
+            step(vec![query("PREPARE q3 AS select 3")]),
+            step(vec![query("rollback")]),
+            step(vec![query("DEALLOCATE q1")]),
+            step(vec![query("EXECUTE q1 (1)")]),
+            step(vec![query("DEALLOCATE \"Q 2\"")]),
+            step(vec![query("PREPARE q1 (text) AS select $1 || '!'")]),
+            step(vec![query("EXECUTE q1 ('again')")]),
+        ]
+    });
+}

@@ -84,7 +84,7 @@ impl Session {
             Edit::Replace => {
                 splice(&mut self.inbuf, frame.start..range.end, &out);
                 self.cframe.rewritten(frame.start, out.len());
-                self.emit_synths();
+                // What Weir owes for it is added once the relay has counted the message.
                 true
             }
         }
@@ -137,10 +137,15 @@ impl Session {
             return;
         }
         let mut out = BytesMut::new();
-        rewrite::take_synths(p, &mut out);
+        let readies = rewrite::take_synths(p, self.exchange.status, &mut out);
         let at = self.sframe.scanned();
         splice(&mut self.outbuf, at..at, &out);
         self.sframe.rewritten(at, out.len());
+        for _ in 0..readies {
+            // The status is the one the client already had: a statement-mode violation
+            // cannot begin here.
+            let _ = self.ready(self.exchange.status);
+        }
     }
 
     /// Answers a request that needs no server (see `rewrite::answer_alone`), leaving the

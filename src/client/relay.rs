@@ -322,6 +322,9 @@ impl Session {
                     x.answered = false;
                 }
             }
+            if tracking && server.is_some() {
+                self.emit_synths();
+            }
         }
     }
 
@@ -350,34 +353,8 @@ impl Session {
             let Some(body) = frame.body else { continue };
             match frame.tag {
                 b'Z' => {
-                    let x = &mut self.exchange;
-                    x.status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
-                    x.pending = x.pending.saturating_sub(1);
-                    self.delta.queries += 1;
-                    if x.pending == 0 {
-                        x.answered = true;
-                        let now = Instant::now();
-                        self.idle_since = now;
-                        if let Some(t) = self.query_started.take() {
-                            let us = now.saturating_duration_since(t).as_micros() as u64;
-                            self.delta.query_time_us += us;
-                            self.pool.stats.query_latency.observe(us);
-                        }
-                        if x.status == b'I' {
-                            if let Some(t) = self.xact_started.take() {
-                                let us = now.saturating_duration_since(t).as_micros() as u64;
-                                self.delta.xact_time_us += us;
-                                self.delta.xacts += 1;
-                                self.pool.stats.xact_latency.observe(us);
-                            }
-                            self.pool.stats.add_traffic(&self.delta);
-                            self.delta = crate::stats::Traffic::default();
-                            super::prepare::flush_counts(&mut self.extras, &self.pool);
-                        }
-                        if self.mode == PoolMode::Statement && x.status != b'I' {
-                            return Err(Event::TransactionInStatementMode);
-                        }
-                    }
+                    let status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
+                    self.ready(status)?;
                 }
                 b'S' => {
                     server.synced_to = None;
@@ -392,5 +369,38 @@ impl Session {
                 _ => {}
             }
         }
+    }
+    /// A ReadyForQuery reached the client (from the server, or made by Weir for a query it
+    /// answered itself): the query is over, and the transaction if `status` is idle.
+    pub(super) fn ready(&mut self, status: u8) -> Result<(), Event> {
+        let x = &mut self.exchange;
+        x.status = status;
+        x.pending = x.pending.saturating_sub(1);
+        self.delta.queries += 1;
+        if x.pending == 0 {
+            x.answered = true;
+            let now = Instant::now();
+            self.idle_since = now;
+            if let Some(t) = self.query_started.take() {
+                let us = now.saturating_duration_since(t).as_micros() as u64;
+                self.delta.query_time_us += us;
+                self.pool.stats.query_latency.observe(us);
+            }
+            if x.status == b'I' {
+                if let Some(t) = self.xact_started.take() {
+                    let us = now.saturating_duration_since(t).as_micros() as u64;
+                    self.delta.xact_time_us += us;
+                    self.delta.xacts += 1;
+                    self.pool.stats.xact_latency.observe(us);
+                }
+                self.pool.stats.add_traffic(&self.delta);
+                self.delta = crate::stats::Traffic::default();
+                super::prepare::flush_counts(&mut self.extras, &self.pool);
+            }
+            if self.mode == PoolMode::Statement && x.status != b'I' {
+                return Err(Event::TransactionInStatementMode);
+            }
+        }
+        Ok(())
     }
 }

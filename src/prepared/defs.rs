@@ -20,6 +20,9 @@ pub struct Def {
     /// Some server has prepared it without error: a client's Parse of it can be answered
     /// before the client has a server (see `rewrite::answer_alone`).
     pub valid: AtomicBool,
+    /// Prepared with SQL PREPARE: `body` is what follows the name there, "[(types)] AS
+    /// statement", and the server gets `PREPARE weir_<id> <body>`.
+    pub sql: bool,
 }
 
 impl Def {
@@ -44,14 +47,29 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 type Interned = HashMap<Arc<[u8]>, Weak<Def>>;
 
 static DEFS: LazyLock<Mutex<Interned>> = LazyLock::new(Default::default);
+static SQL_DEFS: LazyLock<Mutex<Interned>> = LazyLock::new(Default::default);
+
+fn defs_of(sql: bool) -> MutexGuard<'static, Interned> {
+    let map = if sql { &SQL_DEFS } else { &DEFS };
+    map.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn defs() -> MutexGuard<'static, Interned> {
-    DEFS.lock().unwrap_or_else(|p| p.into_inner())
+    defs_of(false)
 }
 
 /// The statement with this text and these parameter types, made if none is alive.
 pub fn intern(body: &[u8]) -> Arc<Def> {
-    let mut map = defs();
+    intern_in(false, body)
+}
+
+/// The statement a SQL PREPARE makes of this text (what follows its name).
+pub fn intern_sql(body: &[u8]) -> Arc<Def> {
+    intern_in(true, body)
+}
+
+fn intern_in(sql: bool, body: &[u8]) -> Arc<Def> {
+    let mut map = defs_of(sql);
     if let Some(def) = map.get(body).and_then(Weak::upgrade) {
         return def;
     }
@@ -60,6 +78,7 @@ pub fn intern(body: &[u8]) -> Arc<Def> {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         body: body.clone(),
         valid: AtomicBool::new(false),
+        sql,
     });
     map.insert(body, Arc::downgrade(&def));
     def
@@ -72,7 +91,7 @@ pub fn lookup(body: &[u8]) -> Option<Arc<Def>> {
 
 impl Drop for Def {
     fn drop(&mut self) {
-        let mut map = defs();
+        let mut map = defs_of(self.sql);
         // Another client may have interned the same text again meanwhile: its entry stays.
         if map.get(&*self.body).is_some_and(|w| w.strong_count() == 0) {
             map.remove(&*self.body);

@@ -84,6 +84,20 @@ pub fn put_sync(out: &mut BytesMut) {
     put_message(out, b'S', |_| {});
 }
 
+/// SQL PREPARE of a statement under Weir's name.
+pub fn put_sql_prepare(out: &mut BytesMut, def: &Def) {
+    let mut sql = format!("PREPARE weir_{} ", def.id).into_bytes();
+    sql.extend_from_slice(&def.body);
+    put_query(out, &sql);
+}
+
+/// SQL EXECUTE of a statement by Weir's name, with the client's parameters.
+pub fn put_sql_execute(out: &mut BytesMut, def_id: u64, params: &[u8]) {
+    let mut sql = format!("EXECUTE weir_{def_id}").into_bytes();
+    sql.extend_from_slice(params);
+    put_query(out, &sql);
+}
+
 /// DEALLOCATE of a statement by Weir's name.
 pub fn put_deallocate(out: &mut BytesMut, def_id: u64) {
     let sql = format!("DEALLOCATE weir_{def_id}");
@@ -118,6 +132,10 @@ pub enum QueryKind {
     /// DEALLOCATE [PREPARE] name, alone in the query (Rails sends it when its statement
     /// cache evicts one it prepared with the protocol); the name as PostgreSQL folds it.
     Deallocate(Vec<u8>),
+    /// PREPARE name ..., alone in the query: the name, and what follows it.
+    Prepare(Vec<u8>, Vec<u8>),
+    /// EXECUTE name [(parameters)], alone in the query: the name, and what follows it.
+    Execute(Vec<u8>, Vec<u8>),
 }
 
 /// Classifies a simple query from its first bytes (`body`, a prefix of the query unless it
@@ -139,6 +157,24 @@ pub fn query_kind(body: &[u8]) -> Option<QueryKind> {
     };
     match word()?.as_slice() {
         b"discard" => (word()?.as_slice() == b"all").then_some(QueryKind::DropAll),
+        w @ (b"prepare" | b"execute") if body.ends_with(b"\0") => {
+            let prepare = w == b"prepare";
+            let (name, after) = name_token(rest)?;
+            let after = &after[..after.len() - 1];
+            // One statement only: a semicolon that is not the last thing may end it (or sit
+            // in a literal; either way the query goes to the server as it is).
+            let trimmed = after.trim_ascii_end();
+            let trimmed = trimmed.strip_suffix(b";").unwrap_or(trimmed);
+            if trimmed.contains(&b';') || (prepare && trimmed.trim_ascii().is_empty()) {
+                return None;
+            }
+            let after = trimmed.to_vec();
+            Some(if prepare {
+                QueryKind::Prepare(name, after)
+            } else {
+                QueryKind::Execute(name, after)
+            })
+        }
         b"deallocate" => {
             let mut w = word();
             if w.as_deref() == Some(b"prepare") {
@@ -156,6 +192,35 @@ pub fn query_kind(body: &[u8]) -> Option<QueryKind> {
         }
         _ => None,
     }
+}
+
+/// A statement name at the start of `rest` (after blanks): unquoted and folded to lower
+/// case as PostgreSQL folds it, or double-quoted; and what follows it.
+fn name_token(rest: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let start = rest.iter().position(|&c| !c.is_ascii_whitespace())?;
+    let rest = &rest[start..];
+    if rest.first() == Some(&b'"') {
+        let mut name = Vec::new();
+        let mut i = 1;
+        loop {
+            match (rest.get(i)?, rest.get(i + 1)) {
+                (b'"', Some(b'"')) => {
+                    name.push(b'"');
+                    i += 2;
+                }
+                (b'"', _) => return (!name.is_empty()).then_some((name, &rest[i + 1..])),
+                (&c, _) => {
+                    name.push(c);
+                    i += 1;
+                }
+            }
+        }
+    }
+    let len = rest
+        .iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80))
+        .unwrap_or(rest.len());
+    (len > 0).then(|| (rest[..len].to_ascii_lowercase(), &rest[len..]))
 }
 
 /// True when nothing but blanks, semicolons and the NUL follows.
@@ -235,6 +300,19 @@ mod tests {
         ] {
             assert_eq!(name(no), None, "{no}");
         }
+        assert_eq!(
+            name("PREPARE q1 (int) AS select $1;"),
+            Some(QueryKind::Prepare(
+                b"q1".to_vec(),
+                b" (int) AS select $1".to_vec()
+            ))
+        );
+        assert_eq!(
+            name("execute \"Q\"(1, 'a')"),
+            Some(QueryKind::Execute(b"Q".to_vec(), b"(1, 'a')".to_vec()))
+        );
+        assert_eq!(name("PREPARE q1 AS select 1; select 2"), None);
+        assert_eq!(name("PREPARE q1"), None);
         // A prefix of a longer query: the name may go on.
         assert_eq!(query_kind(b"DEALLOCATE a1"), None);
     }

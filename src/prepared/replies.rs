@@ -95,12 +95,22 @@ pub enum Reply {
     },
     /// Weir's Parse ahead of the client's Bind or Describe; its ParseComplete is removed.
     Prepared(Arc<Def>),
+    /// The client's SQL PREPARE, sent under Weir's name: as `Parsed`, for a query.
+    PrepareSql {
+        name: Box<[u8]>,
+        def: Arc<Def>,
+        unmark: bool,
+    },
+    /// Weir's SQL PREPARE ahead of the client's EXECUTE: everything it gets is removed, up
+    /// to its ReadyForQuery.
+    PreparedSql(Arc<Def>),
     /// Weir's Close of a statement evicted from the server's cache; its CloseComplete is
     /// removed. Skipped, the server still has the statement.
     Evicted(Arc<Def>),
-    /// Answered by Weir without the server: ParseComplete or CloseComplete. `undo` puts the
-    /// client's name back as it was if an earlier error means PostgreSQL would not have
-    /// got this far.
+    /// Answered by Weir without the server: ParseComplete ('1'), CloseComplete ('3'), or
+    /// a query's CommandComplete and ReadyForQuery: PREPARE ('P'), DEALLOCATE ('D').
+    /// `undo` puts the client's name back as it was if an earlier error means PostgreSQL
+    /// would not have got this far.
     Synth { tag: u8, undo: Option<NameUndo> },
     /// A Parse (or, for a simple query, a query) made to fail in place of the client's
     /// message: the server's error is replaced by this one (what PostgreSQL would have
@@ -124,6 +134,8 @@ impl Reply {
     fn undoable(&self) -> bool {
         match self {
             Reply::Parsed { .. }
+            | Reply::PrepareSql { .. }
+            | Reply::PreparedSql(_)
             | Reply::Prepared(_)
             | Reply::Evicted(_)
             | Reply::Reset { .. }
@@ -148,6 +160,8 @@ impl Reply {
             Reply::Sent(_)
             | Reply::Reset { .. }
             | Reply::Dealloc { .. }
+            | Reply::PrepareSql { .. }
+            | Reply::PreparedSql(_)
             | Reply::SwallowReady
             | Reply::Fail { query: true, .. } => tag == b'Z',
             Reply::Synth { .. } | Reply::Fail { query: false, .. } => false,
@@ -160,6 +174,12 @@ impl Reply {
         !matches!(
             self,
             Reply::Sent(b'S' | b'Q' | b'F')
+                | Reply::Synth {
+                    tag: b'P' | b'D',
+                    ..
+                }
+                | Reply::PrepareSql { .. }
+                | Reply::PreparedSql(_)
                 | Reply::Reset { .. }
                 | Reply::Dealloc { .. }
                 | Reply::SwallowReady
@@ -175,7 +195,7 @@ impl Reply {
     /// Undoes what the message changed, for one the server did not carry out.
     pub fn undo(self, names: &mut Names, server: &mut ServerStatements) {
         match self {
-            Reply::Parsed { name, def, unmark } => {
+            Reply::Parsed { name, def, unmark } | Reply::PrepareSql { name, def, unmark } => {
                 if names.get(&name).is_some_and(|d| Arc::ptr_eq(d, &def)) {
                     names.remove(&name);
                 }
@@ -183,7 +203,7 @@ impl Reply {
                     server.remove(def.id);
                 }
             }
-            Reply::Prepared(def) => server.remove(def.id),
+            Reply::Prepared(def) | Reply::PreparedSql(def) => server.remove(def.id),
             Reply::Evicted(def) => server.insert(&def),
             Reply::Synth {
                 undo: Some((name, before)),

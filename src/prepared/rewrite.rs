@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::defs::{intern, lookup, Def};
+use super::defs::{intern, intern_sql, lookup, Def};
 use super::messages::*;
 use super::replies::{ClientStatements, Reply};
 use super::server::ServerStatements;
@@ -117,7 +117,9 @@ pub fn client_message(
             let Some(server) = server else {
                 return Edit::Hold;
             };
-            let Some(def) = p.names.get(stmt).cloned() else {
+            // A statement of SQL PREPARE is not carried into the protocol: the server says
+            // it does not know the name.
+            let Some(def) = p.names.get(stmt).filter(|d| !d.sql).cloned() else {
                 return missing(p, out, stmt).unwrap_or_else(|| keep(p));
             };
             p.binds += 1;
@@ -143,7 +145,7 @@ pub fn client_message(
                 });
                 return Edit::Replace;
             }
-            let Some(def) = p.names.get(name).cloned() else {
+            let Some(def) = p.names.get(name).filter(|d| !d.sql).cloned() else {
                 return missing(p, out, name).unwrap_or_else(|| keep(p));
             };
             ensure(p, server, &def, cx.cap, out);
@@ -152,11 +154,18 @@ pub fn client_message(
             Edit::Replace
         }
         b'Q' if query_kind(body) != Some(QueryKind::DropAll) => {
-            let (Some(QueryKind::Deallocate(name)), Some(server)) = (query_kind(body), server)
-            else {
+            let (Some(kind), Some(server)) = (query_kind(body), server) else {
                 return keep(p);
             };
-            deallocate(p, server, &name, cx, out).unwrap_or_else(|| keep(p))
+            match kind {
+                QueryKind::Deallocate(name) => deallocate(p, server, &name, cx, out),
+                QueryKind::Prepare(name, rest) => {
+                    Some(sql_prepare(p, server, name, &rest, cx, out))
+                }
+                QueryKind::Execute(name, params) => sql_execute(p, server, &name, &params, cx, out),
+                QueryKind::DropAll => None,
+            }
+            .unwrap_or_else(|| keep(p))
         }
         b'Q' => {
             let Some(server) = server else {
@@ -206,6 +215,79 @@ fn fail_as(p: &mut ClientStatements, out: &mut BytesMut, error: PgError, query: 
     Edit::Replace
 }
 
+/// SQL PREPARE: under Weir's name, unless the server has the statement already (then
+/// Weir answers); in a failed transaction it goes to the server for PostgreSQL's error.
+fn sql_prepare(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    name: Vec<u8>,
+    rest: &[u8],
+    cx: &Context,
+    out: &mut BytesMut,
+) -> Edit {
+    p.client_parses += 1;
+    if p.names.contains_key(&name[..]) {
+        let msg = format!("prepared statement \"{}\" already exists", lossy(&name));
+        return fail_as(p, out, PgError::error("42P05", msg), true);
+    }
+    let def = intern_sql(rest);
+    let name: Box<[u8]> = name.into();
+    p.names.insert(name.clone(), def.clone());
+    let held = server.touch(def.id);
+    if held && cx.status != b'E' {
+        p.push(Reply::Synth {
+            tag: b'P',
+            undo: Some((name, None)),
+        });
+        return Edit::Replace;
+    }
+    if !held {
+        evict(p, server, cx.cap, out);
+        p.server_parses += 1;
+        server.insert(&def);
+    }
+    put_sql_prepare(out, &def);
+    p.push(Reply::PrepareSql {
+        name,
+        def,
+        unmark: !held,
+    });
+    Edit::Replace
+}
+
+/// SQL EXECUTE of one of the client's statements, prepared first on a server that lacks
+/// it. None for a name the client does not have (the server's error names it).
+fn sql_execute(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    name: &[u8],
+    params: &[u8],
+    cx: &Context,
+    out: &mut BytesMut,
+) -> Option<Edit> {
+    let Some(def) = p.names.get(name).cloned() else {
+        return missing_as(p, out, name, true);
+    };
+    p.binds += 1;
+    if !server.touch(def.id) && cx.status != b'E' {
+        evict(p, server, cx.cap, out);
+        p.server_parses += 1;
+        server.insert(&def);
+        if def.sql {
+            put_sql_prepare(out, &def);
+            p.push(Reply::PreparedSql(def.clone()));
+        } else {
+            put_parse(out, &def);
+            put_sync(out);
+            p.push(Reply::Prepared(def.clone()));
+            p.push(Reply::SwallowReady);
+        }
+    }
+    put_sql_execute(out, def.id, params);
+    p.push(Reply::Sent(b'Q'));
+    Some(Edit::Replace)
+}
+
 /// DEALLOCATE of one of the client's statements: it goes to the server as a DEALLOCATE of
 /// Weir's name, so that the client gets PostgreSQL's own reply (or error, in a failed
 /// transaction); the server is made to hold the statement first if it lacks it. None for
@@ -220,6 +302,13 @@ fn deallocate(
     let Some((name, def)) = p.names.remove_entry(name) else {
         return missing_as(p, out, name, true);
     };
+    if def.sql && !server.touch(def.id) && cx.status != b'E' {
+        p.push(Reply::Synth {
+            tag: b'D',
+            undo: Some((name, Some(def))),
+        });
+        return Some(Edit::Replace);
+    }
     if !server.touch(def.id) && cx.status != b'E' {
         evict(p, server, cx.cap, out);
         p.server_parses += 1;
@@ -270,6 +359,17 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
+    if let Reply::PreparedSql(def) = front {
+        match tag {
+            b'E' => server.remove(def.id),
+            b'Z' => {
+                def.valid.store(true, Ordering::Relaxed);
+                p.pop();
+            }
+            _ => {}
+        }
+        return ServerEdit::Remove;
+    }
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
         if let Reply::Fail { error, .. } = front {
@@ -279,7 +379,10 @@ pub fn server_message(
         }
         if !front.is_extended() {
             // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
-            if matches!(front, Reply::Reset { .. } | Reply::Dealloc { .. }) {
+            if matches!(
+                front,
+                Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
+            ) {
                 if let Some(failed) = p.pop() {
                     failed.undo(&mut p.names, server);
                 }
@@ -365,15 +468,34 @@ pub fn answer_alone(request: &[u8], p: &mut ClientStatements, out: &mut BytesMut
 }
 
 /// Appends the replies Weir owes the client now (the front of the queue), if any.
-pub fn take_synths(p: &mut ClientStatements, out: &mut BytesMut) {
+/// `status` is the transaction status for a ReadyForQuery Weir makes; returns how many it
+/// made.
+pub fn take_synths(p: &mut ClientStatements, status: u8, out: &mut BytesMut) -> usize {
+    let mut readies = 0;
     while let Some(Reply::Synth { tag, .. }) = p.replies.front() {
-        out.extend_from_slice(if *tag == b'1' {
-            PARSE_COMPLETE
-        } else {
-            CLOSE_COMPLETE
-        });
+        let command = match *tag {
+            b'1' => {
+                out.extend_from_slice(PARSE_COMPLETE);
+                None
+            }
+            b'3' => {
+                out.extend_from_slice(CLOSE_COMPLETE);
+                None
+            }
+            b'P' => Some("PREPARE"),
+            _ => Some("DEALLOCATE"),
+        };
+        if let Some(command) = command {
+            crate::protocol::messages::put_message(out, b'C', |b| {
+                b.extend_from_slice(command.as_bytes());
+                b.extend_from_slice(b"\0");
+            });
+            crate::protocol::messages::ready_for_query(out, status);
+            readies += 1;
+        }
         p.pop();
     }
+    readies
 }
 
 /// True when Weir owes the client a reply at the front of the queue.
