@@ -493,3 +493,29 @@ fn sql_prepare_execute_deallocate() {
         ]
     });
 }
+
+/// SHOW SERVERS tells how many statements each server holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_servers_counts_prepared_statements() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    c.prepare("select 1").await.unwrap();
+    c.prepare("select 2").await.unwrap();
+    let admin = connect(weir.port(), "pgbouncer", "postgres").await.unwrap();
+    let rows = admin.simple_query("show servers").await.unwrap();
+    let counts: Vec<String> = rows
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                r.get("prepared_statements").map(String::from)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counts, vec!["2".to_string()]);
+}

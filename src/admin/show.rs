@@ -559,7 +559,7 @@ fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<V
         int(s.remote_pid()),
         text(""),
         text(client.map(|c| &*c.application_name).unwrap_or("")),
-        int(0),
+        int(s.prepared()),
         int(s.id),
     ];
     if debug {

@@ -495,6 +495,9 @@ impl Session {
         let event = self.relay(&mut held).await;
         self.client.0.set_idle();
         held.info.0.set_idle();
+        if self.prepared_cap != 0 {
+            held.info.0.set_prepared(held.statements.len());
+        }
         match event {
             Event::Idle => {
                 let always = held.pool().settings().server_reset_query_always;

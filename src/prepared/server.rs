@@ -48,6 +48,10 @@ impl ServerStatements {
         self.used.remove(&id).map(|(_, def)| def)
     }
 
+    pub fn len(&self) -> usize {
+        self.used.len()
+    }
+
     pub fn clear(&mut self) {
         self.used = HashMap::new();
     }

@@ -28,6 +28,8 @@ pub struct ServerInfo {
     request_time: AtomicU64,
     /// The client's cancel pid while lent, 0 otherwise.
     client: AtomicU32,
+    /// Statements prepared on it under Weir's names, as of the end of its last lend.
+    prepared: AtomicU32,
 }
 
 impl ServerInfo {
@@ -60,6 +62,12 @@ impl ServerInfo {
         self.state
             .store(ServerState::Active as u8, Ordering::Relaxed);
     }
+    pub fn prepared(&self) -> u32 {
+        self.prepared.load(Ordering::Relaxed)
+    }
+    pub fn set_prepared(&self, n: usize) {
+        self.prepared.store(n as u32, Ordering::Relaxed);
+    }
     pub fn set_idle(&self) {
         self.client.store(0, Ordering::Relaxed);
         self.state.store(ServerState::Idle as u8, Ordering::Relaxed);
@@ -84,6 +92,7 @@ impl ServerHandle {
                 state: AtomicU8::new(ServerState::Login as u8),
                 request_time: AtomicU64::new(0),
                 client: AtomicU32::new(0),
+                prepared: AtomicU32::new(0),
             },
         );
         ServerHandle(info)
