@@ -5,7 +5,11 @@ Used by bench/run for the idle-client memory measurement. Each client does a
 real startup: StartupMessage, authentication (trust, cleartext or md5), and
 waits for ReadyForQuery. Then the socket is simply held open.
 
-    idle_clients.py HOST PORT USER PASSWORD DBNAME COUNT [CONCURRENCY]
+    idle_clients.py HOST PORT USER PASSWORD DBNAME COUNT [CONCURRENCY [STATEMENTS]]
+
+With STATEMENTS, each client then prepares that many named statements (Parse of
+s0, s1, ... and a Sync; the same texts in every client, as an application's clients
+send) before it idles.
 
 Prints one line "READY <connected> <failed> <first-error>" on stdout once every
 client has either logged in or given up, then blocks until stdin is closed (or
@@ -38,6 +42,31 @@ def startup_packet(user, dbname):
 
 def password_message(data):
     return b"p" + struct.pack("!I", len(data) + 4) + data
+
+
+def statement_text(i):
+    # pgbench's table, so that the statements are valid; the comment makes each its own.
+    return (f"SELECT aid, bid, abalance, filler FROM pgbench_accounts "
+            f"WHERE aid = $1 AND bid = $2 ORDER BY aid LIMIT 10 /* statement {i} */")
+
+
+def parse_message(name, text):
+    body = name.encode() + b"\0" + text.encode() + b"\0" + struct.pack("!H", 0)
+    return b"P" + struct.pack("!I", len(body) + 4) + body
+
+
+async def prepare(reader, writer, n):
+    writer.write(b"".join(parse_message(f"s{i}", statement_text(i)) for i in range(n))
+                 + b"S\0\0\0\x04")
+    await writer.drain()
+    while True:
+        hdr = await reader.readexactly(5)
+        length = struct.unpack("!I", hdr[1:])[0]
+        body = await reader.readexactly(length - 4) if length > 4 else b""
+        if hdr[:1] == b"E":
+            raise RuntimeError(f"prepare failed: {body!r}")
+        if hdr[:1] == b"Z":
+            return
 
 
 async def login(host, port, user, password, dbname):
@@ -77,7 +106,7 @@ async def login(host, port, user, password, dbname):
         raise
 
 
-async def main_async(host, port, user, password, dbname, count, concurrency):
+async def main_async(host, port, user, password, dbname, count, concurrency, statements):
     sem = asyncio.Semaphore(concurrency)
     held = []
     errors = []
@@ -90,6 +119,8 @@ async def main_async(host, port, user, password, dbname, count, concurrency):
                 try:
                     conn = await asyncio.wait_for(
                         login(host, port, user, password, dbname), 30)
+                    if statements:
+                        await asyncio.wait_for(prepare(*conn, statements), 30)
                     held.append(conn)
                     return
                 except Exception as e:  # noqa: BLE001 - report and retry
@@ -110,14 +141,15 @@ async def main_async(host, port, user, password, dbname, count, concurrency):
 
 
 def main():
-    if len(sys.argv) not in (7, 8):
+    if len(sys.argv) not in (7, 8, 9):
         sys.stderr.write(__doc__)
         return 2
     host, port, user, password, dbname, count = sys.argv[1:7]
-    concurrency = int(sys.argv[7]) if len(sys.argv) == 8 else 64
+    concurrency = int(sys.argv[7]) if len(sys.argv) >= 8 else 64
+    statements = int(sys.argv[8]) if len(sys.argv) == 9 else 0
     raise_nofile()
     asyncio.run(main_async(host, int(port), user, password, dbname,
-                           int(count), concurrency))
+                           int(count), concurrency, statements))
     return 0
 
 

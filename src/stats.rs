@@ -21,15 +21,34 @@ pub struct Traffic {
     pub wait_time_us: u64,
 }
 
+/// What happened to prepared statements (pooled modes, see prepared).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedCounts {
+    /// Named statements prepared by clients (Parse, SQL PREPARE).
+    pub client_parses: u64,
+    /// Statements Weir prepared on servers.
+    pub server_parses: u64,
+    /// Executions of named statements (Bind, SQL EXECUTE).
+    pub binds: u64,
+    /// Named statements that needed no prepare on the server: it held them already, or
+    /// Weir answered the Parse itself.
+    pub hits: u64,
+    /// Statements closed on a server to keep within max_prepared_statements.
+    pub evictions: u64,
+}
+
+impl PreparedCounts {
+    pub fn is_empty(&self) -> bool {
+        *self == PreparedCounts::default()
+    }
+}
+
 /// A pool's counters: the traffic (reached through Deref, `d.xacts`) and the
 /// prepared-statement counts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Delta {
     pub traffic: Traffic,
-    /// Named Parses from clients, Parses Weir sent to servers, Binds of named statements.
-    pub client_parses: u64,
-    pub server_parses: u64,
-    pub binds: u64,
+    pub prepared: PreparedCounts,
 }
 
 impl std::ops::Deref for Delta {
@@ -76,6 +95,8 @@ pub struct Counters {
     client_parses: AtomicU64,
     server_parses: AtomicU64,
     binds: AtomicU64,
+    hits: AtomicU64,
+    evictions: AtomicU64,
 }
 
 impl Counters {
@@ -93,9 +114,11 @@ impl Counters {
             (&self.xact_time_us, d.xact_time_us),
             (&self.query_time_us, d.query_time_us),
             (&self.wait_time_us, d.wait_time_us),
-            (&self.client_parses, d.client_parses),
-            (&self.server_parses, d.server_parses),
-            (&self.binds, d.binds),
+            (&self.client_parses, d.prepared.client_parses),
+            (&self.server_parses, d.prepared.server_parses),
+            (&self.binds, d.prepared.binds),
+            (&self.hits, d.prepared.hits),
+            (&self.evictions, d.prepared.evictions),
         ];
         for (counter, v) in pairs {
             if v != 0 {
@@ -116,17 +139,19 @@ impl Counters {
                 query_time_us: self.query_time_us.load(Ordering::Relaxed),
                 wait_time_us: self.wait_time_us.load(Ordering::Relaxed),
             },
-            client_parses: self.client_parses.load(Ordering::Relaxed),
-            server_parses: self.server_parses.load(Ordering::Relaxed),
-            binds: self.binds.load(Ordering::Relaxed),
+            prepared: PreparedCounts {
+                client_parses: self.client_parses.load(Ordering::Relaxed),
+                server_parses: self.server_parses.load(Ordering::Relaxed),
+                binds: self.binds.load(Ordering::Relaxed),
+                hits: self.hits.load(Ordering::Relaxed),
+                evictions: self.evictions.load(Ordering::Relaxed),
+            },
         }
     }
 
-    pub fn add_prepared(&self, client_parses: u64, server_parses: u64, binds: u64) {
+    pub fn add_prepared(&self, prepared: &PreparedCounts) {
         self.add(&Delta {
-            client_parses,
-            server_parses,
-            binds,
+            prepared: *prepared,
             ..Delta::default()
         });
     }

@@ -314,11 +314,15 @@ fn pgbench_prepared(mode: &str, connect_per_tx: bool) {
     // Each of at most 4 servers prepares each of pgbench's statements (7 at most) once.
     assert!(server_parses <= 4 * 7, "servers re-prepared: {row}");
     let metrics = common::http::http_get(http, "/metrics").unwrap().body;
-    let binds_metric: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("weir_pool_binds_total{") && l.contains("database=\"postgres\""))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no weir_pool_binds_total in {metrics}"));
+    let pool_metric = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("database=\"postgres\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    let binds_metric = pool_metric("weir_pool_binds_total");
+    assert!(pool_metric("weir_pool_prepared_cache_hits_total") > 0.0);
     assert!(binds_metric >= binds as f64, "{binds_metric} < {binds}");
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::registry::now_micros;
-use crate::stats::{Delta, Traffic};
+use crate::stats::{Delta, PreparedCounts, Traffic};
 
 struct Snapshots {
     /// When the previous refresh ran (the start of the averaging window).
@@ -83,7 +83,7 @@ fn refresh(app: &App) {
         let a = averages(&cur_total, &old_total, window);
         tracing::info!(
             "stats: {} xacts/s, {} queries/s, {} client parses/s, {} server parses/s, {} binds/s, in {} B/s, out {} B/s, xact {} us, query {} us, wait {} us",
-            a.xacts, a.queries, a.client_parses, a.server_parses, a.binds, a.received, a.sent, a.xact_time_us, a.query_time_us, a.wait_time_us
+            a.xacts, a.queries, a.prepared.client_parses, a.prepared.server_parses, a.prepared.binds, a.received, a.sent, a.xact_time_us, a.query_time_us, a.wait_time_us
         );
     }
 }
@@ -97,9 +97,12 @@ pub fn add(total: &mut Delta, d: &Delta) {
     total.xact_time_us += d.xact_time_us;
     total.query_time_us += d.query_time_us;
     total.wait_time_us += d.wait_time_us;
-    total.client_parses += d.client_parses;
-    total.server_parses += d.server_parses;
-    total.binds += d.binds;
+    let (t, d) = (&mut total.prepared, &d.prepared);
+    t.client_parses += d.client_parses;
+    t.server_parses += d.server_parses;
+    t.binds += d.binds;
+    t.hits += d.hits;
+    t.evictions += d.evictions;
 }
 
 /// The totals of a pool at the start of the current averaging window.
@@ -141,9 +144,13 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
             query_time_us: per(cur.query_time_us, old.query_time_us, queries),
             wait_time_us: per(cur.wait_time_us, old.wait_time_us, assignments),
         },
-        client_parses: per_sec(cur.client_parses, old.client_parses),
-        server_parses: per_sec(cur.server_parses, old.server_parses),
-        binds: per_sec(cur.binds, old.binds),
+        prepared: PreparedCounts {
+            client_parses: per_sec(cur.prepared.client_parses, old.prepared.client_parses),
+            server_parses: per_sec(cur.prepared.server_parses, old.prepared.server_parses),
+            binds: per_sec(cur.prepared.binds, old.prepared.binds),
+            hits: per_sec(cur.prepared.hits, old.prepared.hits),
+            evictions: per_sec(cur.prepared.evictions, old.prepared.evictions),
+        },
     }
 }
 

@@ -124,9 +124,9 @@ fn figures(d: &Delta) -> [u64; 11] {
         d.xact_time_us,
         d.query_time_us,
         d.wait_time_us,
-        d.client_parses,
-        d.server_parses,
-        d.binds,
+        d.prepared.client_parses,
+        d.prepared.server_parses,
+        d.prepared.binds,
     ]
 }
 

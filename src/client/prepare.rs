@@ -191,10 +191,8 @@ pub(super) fn replies_settled(extras: &Option<Box<Extras>>) -> bool {
 /// Adds a client's prepared-statement counters to its pool's stats.
 pub(super) fn flush_counts(extras: &mut Option<Box<Extras>>, pool: &Pool) {
     if let Some(p) = statements(extras) {
-        if p.client_parses + p.server_parses + p.binds > 0 {
-            pool.stats
-                .add_prepared(p.client_parses, p.server_parses, p.binds);
-            (p.client_parses, p.server_parses, p.binds) = (0, 0, 0);
+        if !p.counts.is_empty() {
+            pool.stats.add_prepared(&std::mem::take(&mut p.counts));
         }
     }
 }

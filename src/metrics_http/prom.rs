@@ -331,6 +331,16 @@ impl Collector for LiveCollector {
                 "Executions of named statements (Bind messages).",
                 2,
             ),
+            (
+                "weir_pool_prepared_cache_hits",
+                "Named statements that needed no prepare on the server (it held them, or Weir answered the Parse).",
+                3,
+            ),
+            (
+                "weir_pool_prepared_evictions",
+                "Statements closed on servers to stay within max_prepared_statements.",
+                4,
+            ),
         ] {
             family(
                 e,
@@ -338,8 +348,8 @@ impl Collector for LiveCollector {
                 help,
                 None,
                 per_pool(pools, |p| {
-                    let t = &p.totals;
-                    c([t.client_parses, t.server_parses, t.binds][pick])
+                    let t = &p.totals.prepared;
+                    c([t.client_parses, t.server_parses, t.binds, t.hits, t.evictions][pick])
                 }),
             )?;
         }

@@ -29,11 +29,8 @@ pub struct ClientStatements {
     /// after the last barrier (a Sync or a simple query): see `must_wait`.
     undoable: u32,
     undoable_since_barrier: u32,
-    /// Counted since the last flush into the pool's stats: named Parses from the client,
-    /// Parses Weir sent to servers, Binds of named statements.
-    pub client_parses: u64,
-    pub server_parses: u64,
-    pub binds: u64,
+    /// Counted since the last flush into the pool's stats.
+    pub counts: crate::stats::PreparedCounts,
 }
 
 impl ClientStatements {

@@ -75,7 +75,7 @@ pub fn client_message(
             let Some(server) = server else {
                 return Edit::Hold;
             };
-            p.client_parses += 1;
+            p.counts.client_parses += 1;
             if p.names.contains_key(name) {
                 let msg = format!("prepared statement \"{}\" already exists", lossy(name));
                 return fail(p, out, PgError::error("42P05", msg));
@@ -84,6 +84,7 @@ pub fn client_message(
             let name: Box<[u8]> = name.into();
             p.names.insert(name.clone(), def.clone());
             if server.touch(def.id) {
+                p.counts.hits += 1;
                 if cx.status != b'E' {
                     p.push(Reply::Synth {
                         tag: b'1',
@@ -100,7 +101,7 @@ pub fn client_message(
                 return Edit::Replace;
             }
             evict(p, server, cx.cap, out);
-            p.server_parses += 1;
+            p.counts.server_parses += 1;
             put_parse(out, &def);
             server.insert(&def);
             p.push(Reply::Parsed {
@@ -122,7 +123,7 @@ pub fn client_message(
             let Some(def) = p.names.get(stmt).filter(|d| !d.sql).cloned() else {
                 return missing(p, out, stmt).unwrap_or_else(|| keep(p));
             };
-            p.binds += 1;
+            p.counts.binds += 1;
             ensure(p, server, &def, cx.cap, out);
             put_bind(out, portal, &def, rest);
             keep(p);
@@ -225,7 +226,7 @@ fn sql_prepare(
     cx: &Context,
     out: &mut BytesMut,
 ) -> Edit {
-    p.client_parses += 1;
+    p.counts.client_parses += 1;
     if p.names.contains_key(&name[..]) {
         let msg = format!("prepared statement \"{}\" already exists", lossy(&name));
         return fail_as(p, out, PgError::error("42P05", msg), true);
@@ -235,6 +236,7 @@ fn sql_prepare(
     p.names.insert(name.clone(), def.clone());
     let held = server.touch(def.id);
     if held && cx.status != b'E' {
+        p.counts.hits += 1;
         p.push(Reply::Synth {
             tag: b'P',
             undo: Some((name, None)),
@@ -243,7 +245,7 @@ fn sql_prepare(
     }
     if !held {
         evict(p, server, cx.cap, out);
-        p.server_parses += 1;
+        p.counts.server_parses += 1;
         server.insert(&def);
     }
     put_sql_prepare(out, &def);
@@ -268,10 +270,12 @@ fn sql_execute(
     let Some(def) = p.names.get(name).cloned() else {
         return missing_as(p, out, name, true);
     };
-    p.binds += 1;
-    if !server.touch(def.id) && cx.status != b'E' {
+    p.counts.binds += 1;
+    if server.touch(def.id) {
+        p.counts.hits += 1;
+    } else if cx.status != b'E' {
         evict(p, server, cx.cap, out);
-        p.server_parses += 1;
+        p.counts.server_parses += 1;
         server.insert(&def);
         if def.sql {
             put_sql_prepare(out, &def);
@@ -311,7 +315,7 @@ fn deallocate(
     }
     if !server.touch(def.id) && cx.status != b'E' {
         evict(p, server, cx.cap, out);
-        p.server_parses += 1;
+        p.counts.server_parses += 1;
         put_parse(out, &def);
         put_sync(out);
         p.push(Reply::Prepared(def.clone()));
@@ -332,10 +336,11 @@ fn ensure(
     out: &mut BytesMut,
 ) {
     if server.touch(def.id) {
+        p.counts.hits += 1;
         return;
     }
     evict(p, server, cap, out);
-    p.server_parses += 1;
+    p.counts.server_parses += 1;
     put_parse(out, def);
     server.insert(def);
     p.push(Reply::Prepared(def.clone()));
@@ -344,6 +349,7 @@ fn ensure(
 /// Closes what must go for one more statement to fit in the server's cache.
 fn evict(p: &mut ClientStatements, server: &mut ServerStatements, cap: usize, out: &mut BytesMut) {
     while let Some(victim) = server.evict(cap) {
+        p.counts.evictions += 1;
         put_target(out, b'C', victim.id);
         p.push(Reply::Evicted(victim));
     }
@@ -459,7 +465,8 @@ pub fn answer_alone(request: &[u8], p: &mut ClientStatements, out: &mut BytesMut
         }
     }
     for (name, def) in found {
-        p.client_parses += 1;
+        p.counts.client_parses += 1;
+        p.counts.hits += 1;
         p.names.insert(name.into(), def);
         out.extend_from_slice(PARSE_COMPLETE);
     }
