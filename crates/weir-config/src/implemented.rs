@@ -35,6 +35,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "max_db_client_connections",
     "max_db_connections",
     "max_packet_size",
+    "max_prepared_statements",
     "max_user_client_connections",
     "max_user_connections",
     "min_pool_size",

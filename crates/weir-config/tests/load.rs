@@ -378,7 +378,6 @@ fn notices_for_unimplemented_settings() {
     assert_eq!(
         short,
         vec![
-            ":3: option max_prepared_statements is not implemented yet and is ignored",
             ":5: option server_tls_sslmode is not implemented yet and is ignored",
             ":8: option track_extra_parameters is not implemented yet and is ignored",
             ":10: [databases] parameter load_balance_hosts is not implemented yet and is ignored",
