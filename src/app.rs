@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use weir_auth::Secret;
 use weir_config::{AuthFile, Config, Database, PoolMode};
 
-use crate::client_limits::ClientLimits;
 use crate::pool::{Limit, Limits, Pool, PoolSettings};
 use crate::server::{ServerAddr, ServerTarget};
 
@@ -81,7 +80,6 @@ pub struct App {
     /// servers gives it a new one, so connections opened under the old one are closed.
     generation: AtomicU64,
     pub clients: AtomicUsize,
-    pub client_limits: Arc<ClientLimits>,
     pub shutdown: CancellationToken,
 }
 
@@ -95,7 +93,6 @@ impl App {
             user_limits: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
-            client_limits: Arc::new(ClientLimits::default()),
             shutdown: CancellationToken::new(),
         })
     }

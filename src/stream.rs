@@ -132,6 +132,15 @@ impl Stream {
     }
 
     /// Our end of the connection.
+    /// The uid of the process at the other end of a Unix socket (SO_PEERCRED); None on
+    /// TCP, or when the kernel will not say.
+    pub fn peer_uid(&self) -> Option<u32> {
+        match self {
+            Stream::Unix(s) => s.peer_cred().ok().map(|c| c.uid()),
+            _ => None,
+        }
+    }
+
     pub fn local(&self) -> Endpoint {
         match self {
             Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::tcp),

@@ -614,10 +614,11 @@ fn pools_clients_servers_and_databases_show_live_connections() {
     assert_eq!(dbs.num("name", "postgres", "paused"), 0);
     assert_eq!(dbs.get("name", "pgbouncer", "pool_mode"), "statement");
 
+    // The console session itself is a client of user postgres too, as in PgBouncer.
     let users = ok(&mut a, "SHOW USERS");
     assert_eq!(
         users.num("name", "postgres", "current_client_connections"),
-        2
+        3
     );
 
     let config = ok(&mut a, "SHOW CONFIG");

@@ -343,7 +343,7 @@ fn max_user_connections_global_spans_databases() {
 // max_db_client_connections / max_user_client_connections
 
 /// max_db_client_connections=2 on database `limited`: a third client is
-/// refused with 53300; other databases are not affected; a client leaving
+/// refused with 08P01, as PgBouncer does; other databases are not affected; a client leaving
 /// frees its place.
 #[test]
 fn max_db_client_connections_refuses_extra_clients() {
@@ -390,7 +390,7 @@ fn max_user_client_connections_refuses_extra_clients() {
 }
 
 /// With a client limit of 2 full (`held`), a third client to `db` as `user` is refused
-/// with 53300 naming `limit`; `other`, outside the limit, and the held clients are still
+/// with 08P01 naming `limit`; `other`, outside the limit, and the held clients are still
 /// served; once one leaves, a new client gets in.
 fn assert_limit_of_two(
     weir: &Weir,
@@ -402,8 +402,8 @@ fn assert_limit_of_two(
     let e = RawConn::startup(weir.port(), user, db, &[])
         .err()
         .unwrap_or_else(|| panic!("a 3rd client was accepted with {limit}=2"));
-    let message = format!("no more connections allowed ({limit})");
-    assert_eq!(fields(&e), ("FATAL", "53300", message.as_str()));
+    let message = format!("client connections exceeded ({limit})");
+    assert_eq!(fields(&e), ("FATAL", "08P01", message.as_str()));
     assert_eq!(other.query_one("select 1"), "1");
     for c in &mut held {
         assert_eq!(c.query_one("select 1"), "1");
@@ -425,10 +425,10 @@ fn max_user_client_connections_global() {
     let e = RawConn::startup(weir.port(), "app", "postgres", &[])
         .err()
         .expect("a 2nd client was accepted with max_user_client_connections=1");
-    assert_eq!(e.code, "53300");
+    assert_eq!(e.code, "08P01");
     assert_eq!(
         e.message,
-        "no more connections allowed (max_user_client_connections)"
+        "client connections exceeded (max_user_client_connections)"
     );
     let mut b = login(&weir, "postgres", "app2");
     assert_eq!(b.query_one("select 1"), "1");

@@ -170,6 +170,18 @@ fn known_database(app: &App, name: &str) -> bool {
         || app.all_pools().iter().any(|p| p.database == name)
 }
 
+/// Checks a command's database argument as PgBouncer does: a name it cannot find, or the
+/// console's own database (which `what` cannot act on), is an error.
+fn target(app: &App, arg: &str, what: &str) -> Result<(), String> {
+    if crate::client::login::is_admin_database(&app.snapshot.load(), arg) {
+        return Err(format!("cannot {what} admin db: {arg}"));
+    }
+    if !known_database(app, arg) {
+        return Err(format!("no such database: {arg}"));
+    }
+    Ok(())
+}
+
 fn pools_of(app: &App, db: Option<&str>) -> Vec<Arc<Pool>> {
     app.all_pools()
         .into_iter()
@@ -257,9 +269,7 @@ pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
         return Ok("PAUSE");
     }
     tracing::info!("PAUSE '{arg}' command issued");
-    if !known_database(app, arg) {
-        return Err(format!("no such database: {arg}"));
-    }
+    target(app, arg, "pause")?;
     state().paused.insert(arg.to_owned());
     sync_gates();
     let pools = pools_of(app, Some(arg));
@@ -297,6 +307,9 @@ pub fn resume(app: &App, arg: &str) -> Result<&'static str, String> {
         st.mode = Mode::Running;
     } else {
         tracing::info!("RESUME '{arg}' command issued");
+        if crate::client::login::is_admin_database(&app.snapshot.load(), arg) {
+            return Err(format!("database {arg} is not paused"));
+        }
         if !known_database(app, arg) {
             return Err(format!("no such database: {arg}"));
         }
@@ -350,9 +363,7 @@ pub fn kill(app: &App, arg: &str) -> Result<&'static str, String> {
         None
     } else {
         tracing::info!("KILL '{arg}' command issued");
-        if !known_database(app, arg) {
-            return Err(format!("no such database: {arg}"));
-        }
+        target(app, arg, "kill")?;
         Some(arg)
     };
     {
@@ -403,9 +414,7 @@ pub fn reconnect(app: &App, arg: &str) -> Result<&'static str, String> {
         None
     } else {
         tracing::info!("RECONNECT '{arg}' command issued");
-        if !known_database(app, arg) {
-            return Err(format!("no such database: {arg}"));
-        }
+        target(app, arg, "reconnect")?;
         Some(arg)
     };
     let pools = pools_of(app, db);
@@ -423,9 +432,7 @@ pub async fn wait_close(app: &App, arg: &str) -> Result<&'static str, String> {
         None
     } else {
         tracing::info!("WAIT_CLOSE '{arg}' command issued");
-        if !known_database(app, arg) {
-            return Err(format!("no such database: {arg}"));
-        }
+        target(app, arg, "wait in")?;
         Some(arg)
     };
     wait_until(|| {
@@ -445,9 +452,7 @@ pub fn disable(app: &App, arg: &str, enable: bool) -> Result<&'static str, Strin
     }
     let word = if enable { "ENABLE" } else { "DISABLE" };
     tracing::info!("{word} '{arg}' command issued");
-    if !known_database(app, arg) {
-        return Err(format!("no such database: {arg}"));
-    }
+    target(app, arg, "disable")?;
     let mut st = state();
     if enable {
         st.disabled.remove(arg);

@@ -110,6 +110,8 @@ pub async fn serve(
         local,
         login.requested.get("application_name").unwrap_or(""),
     );
+    // The registration uncounts the session when it goes.
+    login.admission.keep();
     let console = Console {
         app: app.clone(),
         session: handle.0.clone(),

@@ -13,6 +13,7 @@ use weir_config::{Database, General, LoadBalanceHosts};
 use super::rowset::{int, text, RowSet, Value, NULL};
 use super::{control, period, sessions, COMPAT_VERSION};
 use crate::app::{App, Snapshot};
+use crate::client_limits;
 use crate::pool::Pool;
 use crate::registry::clients::{ClientInfo, ClientState, CLIENTS};
 use crate::registry::now_micros;
@@ -529,6 +530,12 @@ fn server_state(s: &ServerInfo) -> &'static str {
 
 fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<Value> {
     let (addr, port) = server_addr(&s.addr);
+    // Over a Unix socket our end has no address of its own: "unix" and the server's port.
+    let (laddr, lport) = match s.local() {
+        Some(Endpoint::Unix) => (text("unix"), port.clone()),
+        Some(end) => split_addr(end, 0),
+        None => (NULL, NULL),
+    };
     let database = ctx
         .by_server
         .get(&s.id)
@@ -547,8 +554,8 @@ fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<V
         text(state),
         addr,
         port,
-        NULL,
-        NULL,
+        laddr,
+        lport,
         text(format_time(s.connect_time)),
         text(format_time(request)),
         int(0),
@@ -698,10 +705,6 @@ pub fn databases(app: &App) -> RowSet {
         .map(|(n, _)| n.clone())
         .collect();
     names.extend(pools.iter().map(|p| p.database.clone()));
-    let mut client_count: HashMap<String, usize> = HashMap::new();
-    for c in CLIENTS.snapshot() {
-        *client_count.entry(c.database.to_string()).or_default() += 1;
-    }
     let mut rows = vec![(
         ADMIN_DB.to_owned(),
         vec![
@@ -719,7 +722,7 @@ pub fn databases(app: &App) -> RowSet {
             int(g.max_db_connections),
             int(0),
             int(g.max_db_client_connections),
-            int(sessions::count()),
+            int(client_limits::in_database(ADMIN_DB)),
             int(0),
             int(0),
         ],
@@ -759,7 +762,7 @@ pub fn databases(app: &App) -> RowSet {
                 int(db
                     .max_db_client_connections
                     .unwrap_or(g.max_db_client_connections)),
-                int(client_count.get(&name).copied().unwrap_or(0)),
+                int(client_limits::in_database(&name)),
                 int(u8::from(control::is_paused(&name))),
                 int(u8::from(control::is_disabled(&name))),
             ],
@@ -777,6 +780,7 @@ fn user_names(app: &App, snap: &Snapshot) -> BTreeSet<String> {
     names.extend(snap.config.users.keys().cloned());
     names.extend(app.all_pools().iter().map(|p| p.user.clone()));
     names.extend(CLIENTS.snapshot().iter().map(|c| c.user.to_string()));
+    names.extend(sessions::all().iter().map(|a| a.user.clone()));
     names.insert(ADMIN_DB.to_owned());
     names
 }
@@ -798,7 +802,6 @@ pub fn users(app: &App) -> RowSet {
     let snap = app.snapshot.load();
     let g = &snap.config.general;
     let pools = app.all_pools();
-    let clients = CLIENTS.snapshot();
     for name in user_names(app, &snap) {
         let u = snap.config.users.get(&name);
         let servers: usize = pools
@@ -809,10 +812,6 @@ pub fn users(app: &App) -> RowSet {
                 c.active + c.idle + c.connecting
             })
             .sum();
-        let mut client_conns = clients.iter().filter(|c| *c.user == *name).count();
-        if name == ADMIN_DB {
-            client_conns += sessions::count();
-        }
         rs.push(vec![
             text(&name),
             text(
@@ -833,7 +832,7 @@ pub fn users(app: &App) -> RowSet {
             int(u
                 .and_then(|u| u.max_user_client_connections)
                 .unwrap_or(g.max_user_client_connections)),
-            int(client_conns),
+            int(client_limits::of_user(&name)),
         ]);
     }
     rs

@@ -10,7 +10,7 @@ use weir_auth::Secret;
 use weir_config::AuthType;
 
 use crate::app::{App, Snapshot};
-use crate::client_limits::{ClientSlot, Scope};
+use crate::client_limits::{self, Admission, Limits};
 use crate::params::{tracked_name, ParamSet};
 use crate::pool::Pool;
 use crate::protocol::messages::{
@@ -31,8 +31,8 @@ pub struct LoggedIn {
     pub requested: ParamSet,
     /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
     pub scram_keys: Option<Credential>,
-    /// The client's places under max_db_client_connections and max_user_client_connections.
-    pub _slots: (Option<ClientSlot>, Option<ClientSlot>),
+    /// The client's place in its database's and user's client counts, until registered.
+    pub admission: Admission,
 }
 
 pub enum Outcome {
@@ -50,6 +50,7 @@ pub struct AdminLogin {
     /// May run every command, not only the read-only SHOW commands.
     pub full_access: bool,
     pub requested: ParamSet,
+    pub admission: Admission,
 }
 
 /// The console's database names, unless the configuration uses the name for a real database.
@@ -190,17 +191,33 @@ pub async fn login(
     }
     if is_admin_database(&snap, &database) {
         let g = &snap.config.general;
+        // PgBouncer's own-user login: the OS user running the pooler, over the Unix
+        // socket, as user pgbouncer, gets in without a password (cron jobs and sidecars
+        // on the same host rely on it).
+        let own_user = user == ADMIN_DB && stream.peer_uid() == Some(effective_uid());
+        if own_user {
+            tracing::info!("{database}/{user}@{peer} pgbouncer access from unix socket");
+        }
         let any = g.auth_type == AuthType::Any;
-        let full_access = any || g.admin_users.contains(&user);
+        let admin = g.admin_users.contains(&user);
+        let full_access = own_user || any || admin;
         if !full_access && !g.stats_users.contains(&user) {
             return Err(refuse(PgError::fatal(
                 "28000",
                 "not allowed to connect to the admin console",
             )));
         }
-        authenticate(&snap, stream, buf, &user, snap.secret(&user))
-            .await
-            .map_err(refuse)?;
+        if !own_user {
+            authenticate(&snap, stream, buf, &user, snap.secret(&user))
+                .await
+                .map_err(refuse)?;
+        }
+        let limits = Limits {
+            database: g.max_db_client_connections,
+            user: user_client_max(&snap, &user),
+            exempt: admin,
+        };
+        let admission = client_limits::admit(ADMIN_DB, &user, &limits).map_err(refuse)?;
         let mut ok = BytesMut::new();
         messages::auth_request(&mut ok, AUTH_OK, &[]);
         send(stream, &ok).await.map_err(refuse)?;
@@ -208,6 +225,7 @@ pub async fn login(
             user,
             full_access,
             requested,
+            admission,
         }));
     }
     if snap.resolve_database(&database).is_none() {
@@ -233,34 +251,15 @@ pub async fn login(
         .await
         .map_err(refuse)?;
     let g = &snap.config.general;
-    let db_max = snap
-        .resolve_database(&database)
-        .and_then(|(db, _)| db.max_db_client_connections)
-        .unwrap_or(g.max_db_client_connections);
-    let user_max = snap
-        .config
-        .users
-        .get(&user)
-        .and_then(|u| u.max_user_client_connections)
-        .unwrap_or(g.max_user_client_connections);
-    let db_slot = app
-        .client_limits
-        .enter(Scope::Database, &database, db_max as usize)
-        .map_err(|()| {
-            refuse(PgError::fatal(
-                "53300",
-                "no more connections allowed (max_db_client_connections)",
-            ))
-        })?;
-    let user_slot = app
-        .client_limits
-        .enter(Scope::User, &user, user_max as usize)
-        .map_err(|()| {
-            refuse(PgError::fatal(
-                "53300",
-                "no more connections allowed (max_user_client_connections)",
-            ))
-        })?;
+    let limits = Limits {
+        database: snap
+            .resolve_database(&database)
+            .and_then(|(db, _)| db.max_db_client_connections)
+            .unwrap_or(g.max_db_client_connections),
+        user: user_client_max(&snap, &user),
+        exempt: false,
+    };
+    let admission = client_limits::admit(&database, &user, &limits).map_err(refuse)?;
     let pool = app.pool(&snap, &database, &user).ok_or_else(|| {
         refuse(PgError::fatal(
             "3D000",
@@ -289,8 +288,25 @@ pub async fn login(
         pool,
         requested,
         scram_keys,
-        _slots: (db_slot, user_slot),
+        admission,
     }))
+}
+
+/// The console's database (whichever name the client used) and its own user.
+const ADMIN_DB: &str = crate::admin::show::ADMIN_DB;
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// max_user_client_connections for `user`: its [users] value, else the global one.
+fn user_client_max(snap: &Snapshot, user: &str) -> u32 {
+    snap.config
+        .users
+        .get(user)
+        .and_then(|u| u.max_user_client_connections)
+        .unwrap_or(snap.config.general.max_user_client_connections)
 }
 
 async fn send(stream: &mut Stream, out: &BytesMut) -> Result<(), PgError> {

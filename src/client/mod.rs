@@ -16,7 +16,6 @@ use tokio::io::AsyncWriteExt;
 use weir_auth::scram::Credential;
 
 use crate::app::App;
-use crate::client_limits::ClientSlot;
 use crate::params::ParamSet;
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
@@ -127,9 +126,6 @@ struct Extras {
     scram_keys: Option<Credential>,
     /// One timer for the relay's timeouts, re-armed as the deadline that matters changes.
     timer: Option<Pin<Box<crate::timers::Sleep>>>,
-    /// Held for their Drop: the client's places in max_db_client_connections and
-    /// max_user_client_connections.
-    _slots: Option<ClientSlots>,
     /// The client's named statements and the replies owed for what was sent, once it
     /// uses the extended protocol in a pooled mode (see prepared).
     prepared: Option<Box<crate::prepared::ClientStatements>>,
@@ -141,7 +137,6 @@ impl Extras {
             && self.requested.is_none()
             && self.scram_keys.is_none()
             && self.timer.is_none()
-            && self._slots.is_none()
     }
 }
 
@@ -208,10 +203,6 @@ impl Timeouts {
         self.idle_transaction != 0 || self.query != 0 || self.transaction != 0
     }
 }
-
-/// The client's places under max_db_client_connections and max_user_client_connections,
-/// boxed: most configurations set neither, and every client carries the field.
-type ClientSlots = (Option<ClientSlot>, Option<ClientSlot>);
 
 /// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
 struct PoolMember(Arc<Pool>);
@@ -307,7 +298,7 @@ async fn start(
         pool,
         requested,
         scram_keys,
-        _slots,
+        admission,
     } = client;
     let handle = ClientHandle::register(
         &user,
@@ -316,6 +307,8 @@ async fn start(
         local,
         requested.get("application_name").unwrap_or(""),
     );
+    // The registration uncounts the client when it goes.
+    admission.keep();
     pool.clients.fetch_add(1, Ordering::Relaxed);
     let snap = app.snapshot.load_full();
     let no_entry = weir_config::Database::default();
@@ -357,7 +350,6 @@ async fn start(
             requested: Some(requested),
             scram_keys,
             timer: None,
-            _slots: (_slots.0.is_some() || _slots.1.is_some()).then_some(_slots),
             prepared: None,
         })),
     };

@@ -1,10 +1,11 @@
 //! Open server connections and what each is doing.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use super::{now_micros, Registry};
 use crate::server::ServerAddr;
+use crate::stream::Endpoint;
 
 pub static SERVERS: LazyLock<Registry<u64, ServerInfo>> = LazyLock::new(Registry::new);
 
@@ -30,6 +31,8 @@ pub struct ServerInfo {
     client: AtomicU32,
     /// Statements prepared on it under Weir's names, as of the end of its last lend.
     prepared: AtomicU32,
+    /// Our end of the connection (SHOW SERVERS local_addr/local_port), once connected.
+    local: OnceLock<Endpoint>,
 }
 
 impl ServerInfo {
@@ -45,6 +48,12 @@ impl ServerInfo {
     }
     pub fn request_time(&self) -> u64 {
         self.request_time.load(Ordering::Relaxed)
+    }
+    pub fn local(&self) -> Option<&Endpoint> {
+        self.local.get()
+    }
+    pub fn set_local(&self, end: Endpoint) {
+        let _ = self.local.set(end);
     }
     pub fn client(&self) -> Option<u32> {
         match self.client.load(Ordering::Relaxed) {
@@ -93,6 +102,7 @@ impl ServerHandle {
                 request_time: AtomicU64::new(0),
                 client: AtomicU32::new(0),
                 prepared: AtomicU32::new(0),
+                local: OnceLock::new(),
             },
         );
         ServerHandle(info)

@@ -96,6 +96,7 @@ async fn connect_inner(
     let id = ServerConn::next_id();
     let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
     let mut stream = open(&target.addr, &target.tcp).await?;
+    info.0.set_local(stream.local());
     let mut params: Vec<(&str, &str)> =
         vec![("user", &target.user), ("database", &target.database)];
     params.extend(
