@@ -14,6 +14,7 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(dead_code, unused_imports)]
 
+pub mod console;
 pub mod http;
 pub mod pg;
 pub mod proto;
