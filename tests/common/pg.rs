@@ -60,7 +60,7 @@ fn pg_version() -> String {
 }
 
 /// uid/gid that PostgreSQL runs as: `postgres` when we are root, else us.
-fn pg_owner() -> Option<(u32, u32)> {
+pub fn pg_owner() -> Option<(u32, u32)> {
     if !is_root() {
         return None;
     }

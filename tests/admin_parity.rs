@@ -1,0 +1,278 @@
+//! Admin console details PgBouncer users rely on: the OS user running the pooler gets
+//! into the console as `pgbouncer` over the Unix socket without a password; SHOW
+//! CLIENTS/SERVERS/SOCKETS `id`, SHOW SERVERS `local_addr`/`local_port`, SHOW VERSION's
+//! shape; and the control commands' errors (wording and SQLSTATE of PgBouncer's
+//! admin.c) for unknown databases, the console's own database, and wrong states.
+
+mod common;
+
+use common::console::*;
+use common::*;
+use std::collections::HashSet;
+
+fn admin(weir: &Weir) -> RawConn {
+    RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
+}
+
+/// Weir that requires passwords (md5), with `pgbouncer` itself a listed admin that has one.
+fn start_md5(pg: &PgServer) -> Weir {
+    Weir::for_pg(pg)
+        .set("auth_type", "md5")
+        .set("admin_users", "postgres,pgbouncer")
+        .userlist(&[("postgres", "pw"), ("pgbouncer", "secret")])
+        .start()
+}
+
+fn socket_config(weir: &Weir, user: &str, db: &str) -> tokio_postgres::Config {
+    let mut c = tokio_postgres::Config::new();
+    c.host_path(weir.dir())
+        .port(weir.port())
+        .user(user)
+        .dbname(db)
+        .connect_timeout(TIMEOUT);
+    c
+}
+
+/// Our own OS user (root in the tests, as Weir) connecting over the Unix socket as
+/// `pgbouncer` gets a full console without a password: tokio-postgres and psql.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_os_user_gets_the_console_over_the_unix_socket() {
+    let pg = PgServer::start();
+    let weir = start_md5(&pg);
+    let console = connect_with(&socket_config(&weir, "pgbouncer", "pgbouncer"))
+        .await
+        .unwrap_or_else(|e| panic!("own-user console login refused: {e:?}\n{}", weir.log_tail()));
+    let version = q1(&console, "SHOW VERSION").await;
+    assert!(version.contains("weir"), "{version}");
+    // Full access: a command only admins may run.
+    console.simple_query("RECONNECT").await.unwrap();
+    let rows = console.simple_query("SHOW CLIENTS").await.unwrap();
+    let me = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("user") == Some("pgbouncer") => {
+                Some(r.get("addr").unwrap_or_default().to_owned())
+            }
+            _ => None,
+        })
+        .expect("the own-user session is not in SHOW CLIENTS");
+    assert_eq!(me, "unix");
+
+    let dir = weir.dir().display().to_string();
+    let out = psql_at(
+        &dir,
+        weir.port(),
+        "pgbouncer",
+        "pgbouncer",
+        None,
+        "SHOW USERS",
+    )
+    .unwrap_or_else(|e| panic!("psql as pgbouncer over the socket failed: {e}"));
+    // Both sessions are counted under pgbouncer.
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("pgbouncer|") && l.ends_with("|2")),
+        "{out}"
+    );
+
+    // The exception is for the console only: the same user on a real database needs a
+    // password like anyone else.
+    let e = connect_with(&socket_config(&weir, "pgbouncer", "postgres")).await;
+    assert!(
+        e.is_err(),
+        "pgbouncer got into a real database without a password"
+    );
+}
+
+/// Without the peer check passing (TCP, or another OS user on the socket), `pgbouncer`
+/// is an ordinary user: asked for its password, and let in only with it.
+#[test]
+fn pgbouncer_without_password_is_refused_elsewhere() {
+    let pg = PgServer::start();
+    let weir = start_md5(&pg);
+    let mut c = RawConn::connect(weir.port());
+    c.send(&proto::startup_message(&[
+        ("user", "pgbouncer"),
+        ("database", "pgbouncer"),
+    ]));
+    let m = c.read_message_or_panic("auth request");
+    assert_eq!(m.tag, b'R');
+    let code = u32::from_be_bytes(m.body[0..4].try_into().unwrap());
+    assert_eq!(
+        code, 5,
+        "TCP login as pgbouncer not asked for an md5 password"
+    );
+    c.send(&proto::password_message(
+        "md5-not-the-password-at-all-000000",
+    ));
+    let e = c.expect_error();
+    assert_eq!((e.code.as_str(), e.severity.as_str()), ("28P01", "FATAL"));
+
+    // With its password it gets in over TCP.
+    psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "pgbouncer",
+        "pgbouncer",
+        Some("secret"),
+        "SHOW VERSION",
+    )
+    .unwrap_or_else(|e| panic!("pgbouncer with its password refused: {e}"));
+
+    // Another OS user on the same socket is asked for a password too.
+    if let Some((uid, gid)) = pg::pg_owner() {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = clean_command("psql");
+        cmd.uid(uid).gid(gid).args([
+            "-X",
+            "-w",
+            "-h",
+            &weir.dir().display().to_string(),
+            "-p",
+            &weir.port().to_string(),
+            "-U",
+            "pgbouncer",
+            "-d",
+            "pgbouncer",
+            "-c",
+            "SHOW VERSION",
+        ]);
+        let out = run_with_timeout(&mut cmd, None, TIMEOUT);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "another OS user got in without a password"
+        );
+        assert!(stderr.contains("password"), "{stderr}");
+    }
+}
+
+/// SHOW SERVERS local_addr/local_port are our end of the server connection, the one
+/// PostgreSQL sees as client_addr/client_port.
+#[test]
+fn show_servers_local_end_is_what_postgres_sees() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("admin_users", "postgres")
+        .set("pool_mode", "session")
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let pid = c.query_one("select pg_backend_pid()");
+    let seen = c.query_one(
+        "select client_addr::text || ' ' || client_port from pg_stat_activity \
+         where pid = pg_backend_pid()",
+    );
+    let mut a = admin(&weir);
+    let servers = ok(&mut a, "SHOW SERVERS");
+    let local = format!(
+        "{}/32 {}",
+        servers.get("remote_pid", &pid, "local_addr"),
+        servers.get("remote_pid", &pid, "local_port")
+    );
+    assert_eq!(local, seen);
+}
+
+/// `id` is the last of SHOW CLIENTS/SERVERS' columns (before SOCKETS' debug ones), unique
+/// per client (console sessions included) and per server; SHOW VERSION is one row of one
+/// text column naming Weir and its version.
+#[test]
+fn ids_are_unique_and_version_has_pgbouncers_shape() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("admin_users", "postgres")
+        .set("pool_mode", "session")
+        .start();
+    let mut clients: Vec<RawConn> = (0..3)
+        .map(|_| RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap())
+        .collect();
+    for c in &mut clients {
+        assert_eq!(c.query_one("select 1"), "1");
+    }
+    let mut a = admin(&weir);
+    let _a2 = admin(&weir);
+    for (cmd, n) in [("SHOW CLIENTS", 5), ("SHOW SERVERS", 3)] {
+        let res = ok(&mut a, cmd);
+        assert_eq!(res.cols.last().unwrap().0, "id", "{cmd}");
+        assert_eq!(res.col("id"), res.col("prepared_statements") + 1);
+        let i = res.col("id");
+        let ids: HashSet<String> = res.rows.iter().map(|r| r[i].clone().unwrap()).collect();
+        assert_eq!(ids.len(), n, "{cmd}: ids not unique: {res:#?}");
+    }
+    let sockets = ok(&mut a, "SHOW SOCKETS");
+    assert_eq!(sockets.col("id") + 1, sockets.col("recv_pos"));
+
+    let version = ok(&mut a, "SHOW VERSION");
+    assert_eq!(version.cols, vec![("version".to_string(), 25)]);
+    assert_eq!(version.rows.len(), 1);
+    let v = version.rows[0][0].clone().unwrap();
+    assert!(
+        v.starts_with("PgBouncer ") && v.contains(&format!("weir {}", env!("CARGO_PKG_VERSION"))),
+        "{v}"
+    );
+}
+
+/// The control commands refuse as PgBouncer's admin.c does: an ERROR with SQLSTATE 08P01
+/// and its exact message.
+#[test]
+fn control_commands_fail_with_pgbouncers_errors() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
+    let mut a = admin(&weir);
+    let mut fails = |sql: &str, message: &str| {
+        let e = run(&mut a, sql)
+            .err()
+            .unwrap_or_else(|| panic!("{sql} succeeded"));
+        assert_eq!(
+            (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+            ("ERROR", "08P01", message),
+            "{sql}"
+        );
+    };
+    fails("RESUME", "pooler is not paused/suspended");
+    fails("RESUME postgres", "database postgres is not paused");
+    fails("RESUME pgbouncer", "database pgbouncer is not paused");
+    for cmd in [
+        "PAUSE",
+        "RESUME",
+        "KILL",
+        "ENABLE",
+        "DISABLE",
+        "RECONNECT",
+        "WAIT_CLOSE",
+    ] {
+        fails(&format!("{cmd} nosuch"), "no such database: nosuch");
+    }
+    fails("PAUSE pgbouncer", "cannot pause admin db: pgbouncer");
+    fails("KILL pgbouncer", "cannot kill admin db: pgbouncer");
+    fails("DISABLE pgbouncer", "cannot disable admin db: pgbouncer");
+    fails("ENABLE pgbouncer", "cannot disable admin db: pgbouncer");
+    fails(
+        "RECONNECT pgbouncer",
+        "cannot reconnect admin db: pgbouncer",
+    );
+    fails("WAIT_CLOSE pgbouncer", "cannot wait in admin db: pgbouncer");
+    drop(fails);
+
+    ok(&mut a, "PAUSE");
+    for sql in ["PAUSE", "PAUSE postgres", "SUSPEND", "KILL postgres"] {
+        let e = run(&mut a, sql)
+            .err()
+            .unwrap_or_else(|| panic!("{sql} succeeded"));
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("08P01", "already suspended/paused"),
+            "{sql}"
+        );
+    }
+    ok(&mut a, "RESUME");
+    ok(&mut a, "SUSPEND");
+    let e = run(&mut a, "PAUSE").err().expect("PAUSE while suspended");
+    assert_eq!(e.message, "already suspended/paused");
+    ok(&mut a, "RESUME");
+    let e = run(&mut a, "RESUME").err().expect("RESUME twice");
+    assert_eq!(e.message, "pooler is not paused/suspended");
+    // And the pooler serves again.
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+}
