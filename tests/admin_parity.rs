@@ -212,6 +212,16 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
     );
 }
 
+/// Runs `sql` on the console and checks it fails with PgBouncer's ERROR 08P01 `message`.
+fn fails_with(a: &mut RawConn, sql: &str, message: &str) {
+    let e = run(a, sql).expect_err(sql);
+    assert_eq!(
+        (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+        ("ERROR", "08P01", message),
+        "{sql}"
+    );
+}
+
 /// The control commands refuse as PgBouncer's admin.c does: an ERROR with SQLSTATE 08P01
 /// and its exact message.
 #[test]
@@ -219,16 +229,7 @@ fn control_commands_fail_with_pgbouncers_errors() {
     let pg = PgServer::start();
     let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
     let mut a = admin(&weir);
-    let mut fails = |sql: &str, message: &str| {
-        let e = run(&mut a, sql)
-            .err()
-            .unwrap_or_else(|| panic!("{sql} succeeded"));
-        assert_eq!(
-            (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
-            ("ERROR", "08P01", message),
-            "{sql}"
-        );
-    };
+    let mut fails = |sql: &str, message: &str| fails_with(&mut a, sql, message);
     fails("RESUME", "pooler is not paused/suspended");
     fails("RESUME postgres", "database postgres is not paused");
     fails("RESUME pgbouncer", "database pgbouncer is not paused");
@@ -252,26 +253,16 @@ fn control_commands_fail_with_pgbouncers_errors() {
         "cannot reconnect admin db: pgbouncer",
     );
     fails("WAIT_CLOSE pgbouncer", "cannot wait in admin db: pgbouncer");
-    drop(fails);
 
     ok(&mut a, "PAUSE");
     for sql in ["PAUSE", "PAUSE postgres", "SUSPEND", "KILL postgres"] {
-        let e = run(&mut a, sql)
-            .err()
-            .unwrap_or_else(|| panic!("{sql} succeeded"));
-        assert_eq!(
-            (e.code.as_str(), e.message.as_str()),
-            ("08P01", "already suspended/paused"),
-            "{sql}"
-        );
+        fails_with(&mut a, sql, "already suspended/paused");
     }
     ok(&mut a, "RESUME");
     ok(&mut a, "SUSPEND");
-    let e = run(&mut a, "PAUSE").err().expect("PAUSE while suspended");
-    assert_eq!(e.message, "already suspended/paused");
+    fails_with(&mut a, "PAUSE", "already suspended/paused");
     ok(&mut a, "RESUME");
-    let e = run(&mut a, "RESUME").err().expect("RESUME twice");
-    assert_eq!(e.message, "pooler is not paused/suspended");
+    fails_with(&mut a, "RESUME", "pooler is not paused/suspended");
     // And the pooler serves again.
     let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     assert_eq!(c.query_one("select 1"), "1");
