@@ -267,3 +267,25 @@ fn control_commands_fail_with_pgbouncers_errors() {
     let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     assert_eq!(c.query_one("select 1"), "1");
 }
+
+/// With max_client_conn full, clients are refused but the console is still reachable
+/// (PgBouncer does not limit its admin database).
+#[test]
+fn console_is_reachable_when_max_client_conn_is_full() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("admin_users", "postgres")
+        .set("max_client_conn", 1)
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let e = RawConn::startup(weir.port(), "postgres", "postgres", &[])
+        .err()
+        .expect("a second client got in with max_client_conn=1");
+    assert_eq!(e.message, "no more connections allowed (max_client_conn)");
+    let mut a = admin(&weir);
+    assert_eq!(
+        ok(&mut a, "SHOW USERS").num("name", "postgres", "current_client_connections"),
+        2
+    );
+    assert_eq!(c.query_one("select 1"), "1");
+}

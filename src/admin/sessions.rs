@@ -59,7 +59,15 @@ impl SessionHandle {
     ) -> SessionHandle {
         let now = now_micros();
         SessionHandle(SESSIONS.insert_with(
-            || rand::random::<u32>() & 0x7fff_ffff | 1,
+            // Not a pid a client has: SHOW CLIENTS lists both, and `id` must name one.
+            // (Only this side checks: registering a client looking here too would take
+            // the two locks in the other order.)
+            || loop {
+                let id = rand::random::<u32>() & 0x7fff_ffff | 1;
+                if crate::registry::clients::CLIENTS.get(id).is_none() {
+                    break id;
+                }
+            },
             |id| AdminSession {
                 id,
                 user: user.to_owned(),

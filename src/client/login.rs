@@ -181,8 +181,11 @@ pub async fn login(
     if snap.config.general.log_connections {
         tracing::info!("{database}/{user}@{peer} login attempt");
     }
+    // The console stays reachable when max_client_conn is full, as in PgBouncer: that is
+    // when an operator needs it.
     if app.clients.load(std::sync::atomic::Ordering::Relaxed)
         > snap.config.general.max_client_conn as usize
+        && !is_admin_database(&snap, &database)
     {
         return Err(refuse(PgError::fatal(
             "53300",
