@@ -201,6 +201,15 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
     }
     let sockets = ok(&mut a, "SHOW SOCKETS");
     assert_eq!(sockets.col("id") + 1, sockets.col("recv_pos"));
+    // Every client (the two console sessions too) and every server, each once.
+    let (i, t) = (sockets.col("id"), sockets.col("type"));
+    let ids: HashSet<(String, String)> = sockets
+        .rows
+        .iter()
+        .map(|r| (r[t].clone().unwrap(), r[i].clone().unwrap()))
+        .collect();
+    assert_eq!(ids.len(), 8, "{sockets:#?}");
+    assert_eq!(sockets.find("database", "pgbouncer").len(), 2);
 
     let version = ok(&mut a, "SHOW VERSION");
     assert_eq!(version.cols, vec![("version".to_string(), 25)]);

@@ -492,7 +492,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
 }
 
 /// A console session, as PgBouncer shows its admin pool's clients.
-fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>) -> Vec<Value> {
+fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>, state: &str) -> Vec<Value> {
     let (addr, port) = split_addr(&a.peer, ctx.listen_port);
     let (laddr, lport) = split_addr(&a.local, ctx.listen_port);
     vec![
@@ -500,7 +500,7 @@ fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>) -> Vec<Value> {
         text(&a.user),
         text(ADMIN_DB),
         text("none"),
-        text("idle"),
+        text(state),
         addr,
         port,
         laddr,
@@ -620,7 +620,7 @@ pub fn clients(app: &App) -> RowSet {
         ));
     }
     for a in sessions::all() {
-        rows.push((ADMIN_DB.to_owned(), admin_row(&ctx, &a)));
+        rows.push((ADMIN_DB.to_owned(), admin_row(&ctx, &a, "idle")));
     }
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     for (_, r) in rows {
@@ -654,6 +654,15 @@ pub fn sockets(app: &App, active_only: bool) -> RowSet {
             _ => "cl_active",
         };
         rs.push(client_row(&ctx, c, state, true));
+    }
+    // Console sessions are sockets too (PgBouncer lists its admin clients here); they are
+    // in no pool's traffic, so only the full list shows them.
+    if !active_only {
+        for a in sessions::all() {
+            let mut row = admin_row(&ctx, &a, "cl_active");
+            row.extend((0..7).map(|_| NULL));
+            rs.push(row);
+        }
     }
     for s in ordered_servers(&ctx) {
         if active_only && s.state() != ServerState::Active {
