@@ -85,6 +85,7 @@ pub struct App {
 
 impl App {
     pub fn new(config_path: PathBuf, snapshot: Snapshot) -> Arc<App> {
+        crate::conn_log::configure(&snapshot.config.general);
         Arc::new(App {
             config_path,
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -200,6 +201,7 @@ impl App {
             }
             pool.update_settings(settings);
         }
+        crate::conn_log::configure(&snap.config.general);
         self.snapshot.store(Arc::new(snap));
     }
 }

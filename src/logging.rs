@@ -25,6 +25,9 @@ pub struct Sinks(Arc<Inner>);
 
 struct Inner {
     stderr: bool,
+    /// Lines carry colour escapes (only when stderr is a terminal); the file and syslog
+    /// get them stripped, since log tools and grep read those.
+    ansi: bool,
     file: Mutex<Option<(PathBuf, File)>>,
     syslog: bool,
 }
@@ -57,8 +60,11 @@ pub fn init(opts: LogOptions) -> io::Result<Sinks> {
         // SAFETY: ident is a valid NUL-terminated string that is never freed.
         unsafe { libc::openlog(ident.as_ptr(), libc::LOG_PID, syslog_facility(facility)) };
     }
+    // SAFETY: isatty only inspects the descriptor.
+    let ansi = opts.stderr && unsafe { libc::isatty(2) } == 1;
     let sinks = Sinks(Arc::new(Inner {
         stderr: opts.stderr,
+        ansi,
         file: Mutex::new(file),
         syslog: opts.syslog.is_some(),
     }));
@@ -76,6 +82,7 @@ pub fn init(opts: LogOptions) -> io::Result<Sinks> {
         .with(
             tracing_subscriber::fmt::layer()
                 .event_format(PgBouncerFormat)
+                .with_ansi(ansi)
                 .with_writer(sinks.clone())
                 .with_filter(filter),
         )
@@ -183,6 +190,9 @@ impl Drop for LineWriter {
         if inner.stderr {
             let _ = io::stderr().write_all(&self.line);
         }
+        if inner.ansi {
+            self.line = strip_ansi(&self.line);
+        }
         if let Some((_, f)) = inner
             .file
             .lock()
@@ -213,6 +223,22 @@ impl Drop for LineWriter {
     }
 }
 
+/// The line without its SGR escapes (`ESC [ ... m`), the only ones the formatter writes.
+fn strip_ansi(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == 0x1b && line.get(i + 1) == Some(&b'[') {
+            let end = line[i + 2..].iter().position(|b| b.is_ascii_alphabetic());
+            i += 2 + end.map_or(line.len() - i - 2, |e| e + 1);
+            continue;
+        }
+        out.push(line[i]);
+        i += 1;
+    }
+    out
+}
+
 impl<'a> MakeWriter<'a> for Sinks {
     type Writer = LineWriter;
     fn make_writer(&'a self) -> LineWriter {
@@ -241,5 +267,15 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
         assert_eq!(timestamp(t), "2023-11-14 22:13:20.123");
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01 00:00:00.000");
+    }
+
+    #[test]
+    fn strip_ansi_keeps_the_text() {
+        assert_eq!(
+            strip_ansi(b"a \x1b[3mdb\x1b[0m\x1b[2m=\x1b[0mx\n"),
+            b"a db=x\n"
+        );
+        assert_eq!(strip_ansi(b"plain"), b"plain");
+        assert_eq!(strip_ansi(b"cut \x1b[3"), b"cut ");
     }
 }

@@ -8,6 +8,7 @@ mod cancel;
 mod cli;
 mod client;
 mod client_limits;
+mod conn_log;
 mod fd_limit;
 mod listener;
 mod logging;

@@ -178,9 +178,6 @@ pub async fn login(
             .await
             .map_err(|_| refuse(PgError::fatal("08006", "client gone")))?;
     }
-    if snap.config.general.log_connections {
-        tracing::info!("{database}/{user}@{peer} login attempt");
-    }
     // The console stays reachable when max_client_conn is full, as in PgBouncer: that is
     // when an operator needs it.
     if app.clients.load(std::sync::atomic::Ordering::Relaxed)

@@ -96,7 +96,6 @@ pub struct Session {
     /// server_fast_close: in session mode, give up a server whose connection settings a
     /// reload changed as soon as its transaction ends.
     fast_close: bool,
-    log_disconnections: bool,
     /// Held for its Drop: the client's place in the global client count.
     _count: ClientCount,
     /// What few sessions keep for long; None for most once they are welcomed.
@@ -280,14 +279,12 @@ async fn start(
         }
         Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,
         Err(refusal) => {
-            let who = format!(
-                "{}/{}@{peer}",
+            crate::conn_log::refused(
                 refusal.database.as_deref().unwrap_or("(nodb)"),
-                refusal.user.as_deref().unwrap_or("(nouser)")
+                refusal.user.as_deref().unwrap_or("(nouser)"),
+                &peer,
+                &refusal.error.message,
             );
-            if app.snapshot.load().config.general.log_pooler_errors {
-                tracing::warn!("{who} login failed: {}", refusal.error);
-            }
             Box::pin(refuse(&mut stream, &refusal.error)).await;
             return None;
         }
@@ -309,6 +306,7 @@ async fn start(
     );
     // The registration uncounts the client when it goes.
     admission.keep();
+    crate::conn_log::login_attempt(&handle.0);
     pool.clients.fetch_add(1, Ordering::Relaxed);
     let snap = app.snapshot.load_full();
     let no_entry = weir_config::Database::default();
@@ -344,7 +342,6 @@ async fn start(
         idle_since: Instant::now(),
         timeouts: Timeouts::from_config(general, snap.config.users.get(&user)),
         fast_close: general.server_fast_close,
-        log_disconnections: general.log_disconnections,
         _count: count,
         extras: Some(Box::new(Extras {
             requested: Some(requested),
@@ -366,6 +363,7 @@ impl Session {
         let reason = tokio::select! {
             biased;
             why = info.killed() => {
+                crate::conn_log::pooler_error(&info, why);
                 refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
                 why.to_owned()
             }
@@ -375,15 +373,7 @@ impl Session {
             },
         };
         self.flush_stats();
-        if self.log_disconnections {
-            let c = &self.client.0;
-            tracing::info!(
-                "{}/{}@{} closing because: {reason}",
-                c.database,
-                c.user,
-                c.peer
-            );
-        }
+        crate::conn_log::client_closing(&self.client.0, &reason);
         false
     }
 }
@@ -513,7 +503,7 @@ impl Session {
                 Some("client unexpected eof".into())
             }
             Event::ServerGone => {
-                tracing::warn!(server = ?*held, "server connection lost while lent to a client");
+                crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
                 drop(held);
                 self.flush_client().await;
                 let e = PgError::fatal("08006", "server conn crashed?");
@@ -538,6 +528,7 @@ impl Session {
     /// Closes a server something of the client's may linger in, then ends the client with
     /// `error`, first passing on what the server already said when `flush` is set.
     async fn close_and_refuse(&mut self, held: Lease, error: PgError, flush: bool) -> String {
+        crate::conn_log::server_closing(&held.info.0, &error.message);
         held.close().await;
         if flush {
             self.flush_client().await;
@@ -572,6 +563,7 @@ impl Session {
                 Ok(_) => {}
             }
         }
+        crate::conn_log::pooler_error(&self.client.0, &error.message);
         let mut out = messages::error_response(error);
         messages::ready_for_query(&mut out, b'I');
         self.stream
@@ -582,6 +574,7 @@ impl Session {
 
     /// Sends the client a fatal error and says why the session ended.
     async fn refuse(&mut self, error: PgError) -> String {
+        crate::conn_log::pooler_error(&self.client.0, &error.message);
         refuse(&mut self.stream, &error).await;
         error.into_fields().message
     }
@@ -591,6 +584,10 @@ impl Session {
     /// message, an unanswered query).
     async fn finish_server(&self, mut held: Lease) {
         if !self.server_is_clean() {
+            crate::conn_log::server_closing(
+                &held.info.0,
+                "client disconnect while server was not ready",
+            );
             held.close().await;
             return;
         }
@@ -604,6 +601,7 @@ impl Session {
                 .await
             {
                 tracing::warn!(server = ?*held, "server_reset_query failed: {e}");
+                crate::conn_log::server_closing(&held.info.0, "server_reset_query failed");
                 held.close().await;
                 return;
             }

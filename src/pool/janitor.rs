@@ -41,18 +41,23 @@ impl Pool {
                     && s.idle_since.elapsed() >= settings.server_idle_timeout
                     && st.total > settings.min_pool_size;
                 let stale = s.generation != settings.target.generation;
+                let reason = match (stale, too_old) {
+                    (true, _) => "database configuration changed",
+                    (_, true) => "server lifetime over",
+                    _ => "server idle timeout",
+                };
                 if too_old || too_idle || stale {
                     if let Some(s) = st.idle.remove(i) {
                         st.total -= 1;
-                        closing.push(s);
+                        closing.push((s, reason));
                     }
                 } else {
                     i += 1;
                 }
             }
         }
-        for s in closing {
-            tracing::debug!(server = ?s, "closing server past server_lifetime or server_idle_timeout");
+        for (s, reason) in closing {
+            crate::conn_log::server_closing(&s.info.0, reason);
             self.closed_idle(*s);
         }
     }

@@ -137,6 +137,7 @@ impl Pool {
             stale.into()
         };
         for s in stale {
+            crate::conn_log::server_closing(&s.info.0, "database configuration changed");
             self.closed_idle(*s);
         }
         self.grant_free_slots();
@@ -270,7 +271,7 @@ impl Pool {
         };
         let lease = Lease::new(conn, self.clone());
         if !lease.is_healthy() {
-            tracing::info!(server = ?*lease, "closing server connection found dead in the pool");
+            crate::conn_log::server_closing(&lease.info.0, "server conn crashed?");
             return None;
         }
         Some(lease)
@@ -355,7 +356,7 @@ impl Pool {
         }
         if let Slot::Granted = self.take_slot(&mut st, settings, true) {
             waiting.rx().close();
-            tracing::info!(db = %self.database, user = %self.user, "taking a connection from the reserve pool");
+            crate::conn_log::reserve_taken(&self.database, &self.user);
             return Some(Grant::Connect);
         }
         None
@@ -366,7 +367,7 @@ impl Pool {
     async fn vet(self: &Arc<Self>, s: Conn, settings: &PoolSettings) -> Option<Lease> {
         let mut lease = Lease::new(s, self.clone());
         if !lease.is_healthy() {
-            tracing::info!(server = ?*lease, "closing server connection found dead in the pool");
+            crate::conn_log::server_closing(&lease.info.0, "server conn crashed?");
             return None;
         }
         if let Some(q) = &settings.server_check_query {
@@ -375,7 +376,10 @@ impl Pool {
                     .run_internal_boxed(q, settings.target.connect_timeout)
                     .await
                 {
-                    tracing::info!(server = ?*lease, "server_check_query failed: {e}");
+                    crate::conn_log::server_closing(
+                        &lease.info.0,
+                        &format!("server check query failed: {e}"),
+                    );
                     return None;
                 }
             }
@@ -488,6 +492,11 @@ impl Pool {
         {
             st.total -= 1;
             drop(st);
+            let stale = conn.generation != settings.target.generation;
+            crate::conn_log::server_closing(
+                &conn.info.0,
+                crate::conn_log::checkin_reason(stale, oversize || make_room),
+            );
             self.closed_idle(*conn);
             return;
         }

@@ -97,6 +97,7 @@ async fn connect_inner(
     let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
     let mut stream = open(&target.addr, &target.tcp).await?;
     info.0.set_local(stream.local());
+    crate::conn_log::server_opened(&info.0);
     let mut params: Vec<(&str, &str)> =
         vec![("user", &target.user), ("database", &target.database)];
     params.extend(

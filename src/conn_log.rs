@@ -1,0 +1,174 @@
+//! Connection events logged in PgBouncer's wording and layout, so that what operators grep
+//! and feed to log tools keeps working: each line starts with the connection's prefix,
+//! `C-0x<id>: db/user@addr:port ` for clients and `S-0x<id>: ...` for servers. PgBouncer
+//! prints a pointer there; Weir prints an id that stays the same for the connection's
+//! life (a client's cancel pid, a server's number), padded to 12 hex digits.
+//!
+//! `log_connections`, `log_disconnections` and `log_pooler_errors` are read from flags
+//! that `configure` sets whenever a configuration is installed, so the call sites need
+//! no access to the configuration.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::registry::clients::ClientInfo;
+use crate::registry::now_micros;
+use crate::registry::servers::ServerInfo;
+use crate::stream::Endpoint;
+
+static CONNECTIONS: AtomicBool = AtomicBool::new(true);
+static DISCONNECTIONS: AtomicBool = AtomicBool::new(true);
+static POOLER_ERRORS: AtomicBool = AtomicBool::new(true);
+
+/// Takes the log_* settings of a configuration being installed.
+pub fn configure(g: &weir_config::General) {
+    CONNECTIONS.store(g.log_connections, Ordering::Relaxed);
+    DISCONNECTIONS.store(g.log_disconnections, Ordering::Relaxed);
+    POOLER_ERRORS.store(g.log_pooler_errors, Ordering::Relaxed);
+}
+
+struct Prefix<'a> {
+    kind: char,
+    id: u64,
+    database: &'a str,
+    user: &'a str,
+    addr: &'a dyn fmt::Display,
+}
+
+impl fmt::Display for Prefix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}-0x{:012x}: {}/{}@{}",
+            self.kind, self.id, self.database, self.user, self.addr
+        )
+    }
+}
+
+fn client(c: &ClientInfo) -> Prefix<'_> {
+    Prefix {
+        kind: 'C',
+        id: u64::from(c.key.pid),
+        database: &c.database,
+        user: &c.user,
+        addr: &c.peer,
+    }
+}
+
+fn server(s: &ServerInfo) -> Prefix<'_> {
+    Prefix {
+        kind: 'S',
+        id: s.id,
+        database: &s.database,
+        user: &s.user,
+        addr: &s.addr,
+    }
+}
+
+fn age_secs(connect_time: u64) -> u64 {
+    now_micros().saturating_sub(connect_time) / 1_000_000
+}
+
+/// A client that has logged in (PgBouncer logs it once authentication passed).
+pub fn login_attempt(c: &ClientInfo) {
+    if CONNECTIONS.load(Ordering::Relaxed) {
+        tracing::info!(
+            "{} login attempt: db={} user={} tls=no",
+            client(c),
+            c.database,
+            c.user
+        );
+    }
+}
+
+pub fn client_closing(c: &ClientInfo, reason: &str) {
+    if DISCONNECTIONS.load(Ordering::Relaxed) {
+        tracing::info!(
+            "{} closing because: {reason} (age={}s)",
+            client(c),
+            age_secs(c.connect_time)
+        );
+    }
+}
+
+/// An error Weir itself sends to a client (not one relayed from PostgreSQL).
+pub fn pooler_error(c: &ClientInfo, message: &str) {
+    if POOLER_ERRORS.load(Ordering::Relaxed) {
+        tracing::warn!("{} pooler error: {message}", client(c));
+    }
+}
+
+/// A client refused before it was registered: it gets a number of its own for the two
+/// lines PgBouncer writes for it, the error and the close.
+pub fn refused(database: &str, user: &str, peer: &Endpoint, message: &str) {
+    let who = Prefix {
+        kind: 'C',
+        id: u64::from(rand::random::<u32>() & 0x7fff_ffff),
+        database,
+        user,
+        addr: peer,
+    };
+    if POOLER_ERRORS.load(Ordering::Relaxed) {
+        tracing::warn!("{who} pooler error: {message}");
+    }
+    if DISCONNECTIONS.load(Ordering::Relaxed) {
+        tracing::info!("{who} closing because: {message} (age=0s)");
+    }
+}
+
+/// A server connection just opened (its local end already recorded).
+pub fn server_opened(s: &ServerInfo) {
+    if CONNECTIONS.load(Ordering::Relaxed) {
+        match s.local() {
+            Some(local @ (Endpoint::V4(..) | Endpoint::V6(_))) => {
+                tracing::info!("{} new connection to server (from {local})", server(s))
+            }
+            _ => tracing::info!("{} new connection to server", server(s)),
+        }
+    }
+}
+
+pub fn server_closing(s: &ServerInfo, reason: &str) {
+    if DISCONNECTIONS.load(Ordering::Relaxed) {
+        tracing::info!(
+            "{} closing because: {reason} (age={}s)",
+            server(s),
+            age_secs(s.connect_time)
+        );
+    }
+}
+
+/// Why a server coming back from a client is closed instead of pooled.
+pub fn checkin_reason(stale: bool, too_many: bool) -> &'static str {
+    match (stale, too_many) {
+        (true, _) => "database configuration changed",
+        (_, true) => "too many servers in the pool",
+        _ => "server lifetime over",
+    }
+}
+
+/// A waiting client got a connection beyond pool_size (PgBouncer logs it as a warning).
+pub fn reserve_taken(database: &str, user: &str) {
+    tracing::warn!("{database}/{user} taking connection from reserve_pool");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_like_pgbouncer() {
+        let addr = Endpoint::tcp("127.0.0.1:5432".parse().unwrap());
+        let p = Prefix {
+            kind: 'C',
+            id: 0xabc,
+            database: "db",
+            user: "u",
+            addr: &addr,
+        };
+        assert_eq!(p.to_string(), "C-0x000000000abc: db/u@127.0.0.1:5432");
+        let v6 = Endpoint::tcp("[::1]:6432".parse().unwrap());
+        let p = Prefix { addr: &v6, ..p };
+        assert_eq!(p.to_string(), "C-0x000000000abc: db/u@[::1]:6432");
+    }
+}

@@ -1,0 +1,222 @@
+//! Log lines in PgBouncer's layout and wording, read back from Weir's logfile after real
+//! clients did things through it: `<date> <time> UTC [pid] LEVEL C-0x<id>: db/user@addr:port
+//! <event>`, for logins, closes, pooler errors, server connections and the reserve pool;
+//! and the log_* switches that turn them off.
+
+mod common;
+
+use common::*;
+
+/// A parsed log line: level, the connection prefix (when there is one) and the message.
+struct Line<'a> {
+    level: &'a str,
+    conn: Option<&'a str>,
+    who: Option<&'a str>,
+    message: &'a str,
+}
+
+/// Splits a line written as `YYYY-MM-DD HH:MM:SS.mmm UTC [pid] LEVEL rest`, checking the
+/// layout on the way.
+fn parse(line: &str, pid: i32) -> Line<'_> {
+    let (date, rest) = line.split_once(' ').expect("no date");
+    assert!(
+        date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+        "bad date in {line:?}"
+    );
+    let (time, rest) = rest.split_once(' ').expect("no time");
+    assert!(
+        time.len() == 12 && time.as_bytes()[8] == b'.',
+        "bad time in {line:?}"
+    );
+    let rest = rest.strip_prefix("UTC ").expect("no UTC");
+    let rest = rest
+        .strip_prefix(&format!("[{pid}] "))
+        .unwrap_or_else(|| panic!("no [{pid}] in {line:?}"));
+    let (level, rest) = rest.split_once(' ').expect("no level");
+    assert!(
+        ["LOG", "WARNING", "ERROR"].contains(&level),
+        "bad level in {line:?}"
+    );
+    let prefixed = (rest.starts_with("C-0x") || rest.starts_with("S-0x"))
+        .then(|| rest.split_once(": "))
+        .flatten();
+    match prefixed {
+        Some((conn, after)) => {
+            let id = &conn[4..];
+            assert!(
+                id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "bad id in {line:?}"
+            );
+            let (who, message) = after.split_once(' ').expect("no message");
+            Line {
+                level,
+                conn: Some(conn),
+                who: Some(who),
+                message,
+            }
+        }
+        None => Line {
+            level,
+            conn: None,
+            who: None,
+            message: rest,
+        },
+    }
+}
+
+fn lines(weir: &Weir) -> Vec<String> {
+    weir.logfile().lines().map(str::to_owned).collect()
+}
+
+/// The parsed lines whose message starts with `start`.
+fn find<'a>(all: &'a [String], pid: i32, start: &str) -> Vec<Line<'a>> {
+    all.iter()
+        .map(|l| parse(l, pid))
+        .filter(|l| l.message.starts_with(start))
+        .collect()
+}
+
+fn wait_for(weir: &Weir, text: &str) {
+    assert!(
+        eventually(TIMEOUT, || weir.logfile().contains(text)),
+        "no {text:?} in the log:\n{}",
+        weir.log_tail()
+    );
+}
+
+#[test]
+fn client_and_server_lines_like_pgbouncer() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    c.send(&proto::terminate());
+    drop(c);
+    wait_for(&weir, "closing because: client close request");
+
+    let all = lines(&weir);
+    let pid = weir.pid();
+    let logins = find(&all, pid, "login attempt: ");
+    assert_eq!(logins.len(), 1, "{all:#?}");
+    let login = &logins[0];
+    assert_eq!(login.level, "LOG");
+    assert_eq!(
+        login.message,
+        "login attempt: db=postgres user=postgres tls=no"
+    );
+    let conn = login.conn.unwrap();
+    assert!(conn.starts_with("C-0x"));
+    let who = login.who.unwrap();
+    assert!(who.starts_with("postgres/postgres@127.0.0.1:"), "{who}");
+
+    // The same id and address on the close, with the age PgBouncer prints.
+    let closes = find(&all, pid, "closing because: client close request");
+    assert_eq!(closes.len(), 1, "{all:#?}");
+    assert_eq!(closes[0].conn, Some(conn));
+    assert_eq!(closes[0].who, Some(who));
+    assert!(closes[0].message.ends_with("s)"), "{}", closes[0].message);
+    assert!(
+        closes[0].message.contains(" (age="),
+        "{}",
+        closes[0].message
+    );
+
+    let opened = find(&all, pid, "new connection to server (from 127.0.0.1:");
+    assert_eq!(opened.len(), 1, "{all:#?}");
+    assert!(opened[0].conn.unwrap().starts_with("S-0x"));
+    assert_eq!(
+        opened[0].who.unwrap(),
+        format!("postgres/postgres@127.0.0.1:{}", pg.port())
+    );
+
+    // No terminal colours in the file.
+    assert!(
+        !weir.logfile().contains('\x1b'),
+        "escape codes in the logfile"
+    );
+}
+
+#[test]
+fn pooler_errors_logged_and_switches_honoured() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("log_connections", 0)
+        .set("log_disconnections", 0)
+        .start();
+    let e = RawConn::startup(weir.port(), "postgres", "nosuchdb", &[])
+        .err()
+        .expect("an unknown database was accepted");
+    wait_for(&weir, "pooler error: ");
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    drop(c);
+
+    let all = lines(&weir);
+    let pid = weir.pid();
+    let errors = find(&all, pid, "pooler error: ");
+    assert_eq!(errors.len(), 1, "{all:#?}");
+    assert_eq!(errors[0].level, "WARNING");
+    assert_eq!(errors[0].message, format!("pooler error: {}", e.message));
+    assert!(errors[0]
+        .who
+        .unwrap()
+        .starts_with("nosuchdb/postgres@127.0.0.1:"));
+    // log_connections = 0 and log_disconnections = 0.
+    assert!(find(&all, pid, "login attempt").is_empty(), "{all:#?}");
+    assert!(find(&all, pid, "new connection to server").is_empty());
+    assert!(find(&all, pid, "closing because").is_empty(), "{all:#?}");
+
+    let quiet = Weir::for_pg(&pg).set("log_pooler_errors", 0).start();
+    assert!(RawConn::startup(quiet.port(), "postgres", "nosuchdb", &[]).is_err());
+    wait_for(&quiet, "closing because: ");
+    assert!(
+        !quiet.logfile().contains("pooler error"),
+        "{}",
+        quiet.logfile()
+    );
+}
+
+#[test]
+fn server_lifetime_close_is_logged() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("server_lifetime", 1).start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    // In session mode the server comes back to the pool when the client leaves.
+    drop(c);
+    wait_for(&weir, "closing because: server lifetime over");
+    let all = lines(&weir);
+    let closes = find(
+        &all,
+        weir.pid(),
+        "closing because: server lifetime over (age=",
+    );
+    assert_eq!(closes.len(), 1, "{all:#?}");
+    assert!(closes[0].conn.unwrap().starts_with("S-0x"));
+    let opened = find(&all, weir.pid(), "new connection to server");
+    assert_eq!(opened[0].conn, closes[0].conn, "{all:#?}");
+}
+
+#[test]
+fn reserve_pool_use_is_logged() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("default_pool_size", 1)
+        .set("reserve_pool_size", 1)
+        .set("reserve_pool_timeout", 1)
+        .start();
+    let mut holder = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    holder.simple_query("begin").unwrap();
+    let mut waiter = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    // Served by a reserve connection once reserve_pool_timeout has passed.
+    assert_eq!(waiter.query_one("select 2"), "2");
+    let all = lines(&weir);
+    let taken = find(
+        &all,
+        weir.pid(),
+        "postgres/postgres taking connection from reserve_pool",
+    );
+    assert_eq!(taken.len(), 1, "{all:#?}");
+    assert_eq!(taken[0].level, "WARNING");
+    holder.simple_query("commit").unwrap();
+}
