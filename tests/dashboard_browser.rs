@@ -137,6 +137,31 @@ fn figure(dom: &str, id: &str) -> f64 {
         .unwrap_or_else(|_| panic!("#{id} data-value {v:?} is not a number"))
 }
 
+/// The text inside the element with this id (up to its first child tag).
+fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in the DOM"));
+    let rest = &dom[at..];
+    let start = rest.find('>').unwrap() + 1;
+    let end = rest[start..].find('<').unwrap();
+    &rest[start..start + end]
+}
+
+/// The cells of the pools table's first row.
+fn first_pool_row(dom: &str) -> Vec<&str> {
+    let table = &dom[dom.find("id=\"pools\"").expect("no pools table")..];
+    let body = &table[table.find("<tbody>").unwrap()..];
+    let row = &body[..body.find("</tr>").unwrap()];
+    row.split("<td")
+        .skip(1)
+        .map(|c| {
+            let c = &c[c.find('>').unwrap() + 1..];
+            &c[..c.find("</td>").unwrap()]
+        })
+        .collect()
+}
+
 #[test]
 fn dashboard_renders_live_figures() {
     let Some(bin) = chromium() else {
@@ -208,6 +233,28 @@ fn dashboard_renders_live_figures() {
             "pools table lists the pool"
         );
         assert!(dom.contains("reachable"), "server health is shown");
+        // Tiles and pools table say which window they average over, and it is the same.
+        assert!(
+            dom.contains("<div class=\"sub\" data-window=\"\">last 5 s</div>"),
+            "tiles do not name their window"
+        );
+        assert_eq!(text_of(dom, "pools-window"), "rates and averages: last 5 s");
+        // One pool: the TPS tile and the pool's TPS come from the same readings.
+        let row = first_pool_row(dom);
+        assert_eq!(row.len(), 14, "{row:?}");
+        assert_eq!(
+            text_of(dom, "kpi-tps"),
+            row[11],
+            "tile and pools table disagree"
+        );
+        // Queue waits read in µs or ms, never as a bare 0.00.
+        let wait = &dom[dom.find("id=\"legend-wait\"").unwrap()..];
+        let wait = &wait[..wait.find("</div>").unwrap()];
+        assert!(!wait.contains("0.00"), "wait legend: {wait}");
+        assert!(
+            wait.contains(" µs") || wait.contains(" ms") || wait.contains("<b>0</b>"),
+            "wait legend: {wait}"
+        );
     }
 
     // Two errors for the recent-errors table: one relayed from PostgreSQL, one Weir's.

@@ -30,8 +30,12 @@ function fmtRate(n) {
   return n.toFixed(n === 0 ? 0 : 2);
 }
 
+// Durations in the unit that keeps them readable: a queue wait of a few microseconds
+// shows as "4 µs", not "0.00 ms".
 function fmtMs(ms) {
   if (ms === 0) return "0";
+  if (ms < 0.01) return (ms * 1000).toFixed(1) + " µs";
+  if (ms < 1) return (ms * 1000).toFixed(0) + " µs";
   if (ms >= 10000) return (ms / 1000).toFixed(0) + " s";
   if (ms >= 1000) return (ms / 1000).toFixed(2) + " s";
   if (ms >= 100) return ms.toFixed(0) + " ms";
@@ -102,7 +106,8 @@ const charts = {
   },
   wait: {
     fmt: fmtMs,
-    minTop: 1,
+    // Waits are often microseconds: a 1 ms floor would flatten them on the axis.
+    minTop: 0.01,
     series: [
       { key: "max_wait_ms", name: "longest wait now", color: COLORS.red },
       { key: "wait_avg_ms", name: "average wait", color: COLORS.orange },
@@ -335,6 +340,10 @@ function render(d) {
   reasons.textContent = d.ready_reasons.join("\n");
 
   const c = d.current;
+  // The tiles and the pools table average over the same few seconds; say how many.
+  const win = `last ${Math.max(1, Math.round(c.window_s))} s`;
+  for (const el of document.querySelectorAll("[data-window]")) el.textContent = win;
+  document.getElementById("pools-window").textContent = `rates and averages: ${win}`;
   setFigure("kpi-tps", c.tps, fmtRate(c.tps));
   setFigure("kpi-qps", c.qps, fmtRate(c.qps));
   setFigure("kpi-xact-ms", c.xact_avg_ms, fmtMs(c.xact_avg_ms));

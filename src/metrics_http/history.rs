@@ -11,7 +11,8 @@ use crate::stats::{Delta, LATENCY_BOUNDS_US, LATENCY_BUCKETS};
 
 /// Ten minutes at one sample a second.
 pub const CAPACITY: usize = 600;
-/// Per-pool rates are averaged over this many samples (smoother than one second).
+/// The dashboard's tiles and pools table average over this many seconds' readings
+/// (smoother than one second), the same window for both so that their figures agree.
 const POOL_WINDOW: usize = 5;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,6 +73,15 @@ pub struct PoolRates {
     pub wait_avg_ms: f64,
 }
 
+/// Pooler-wide figures over the same window as `PoolRates`, for the dashboard's tiles.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Current {
+    pub rates: PoolRates,
+    pub xact_p99_ms: f64,
+    /// How many seconds the window actually spans (less until enough readings exist).
+    pub window_s: f64,
+}
+
 struct Reading {
     at: Instant,
     totals: Delta,
@@ -87,6 +97,21 @@ pub struct History {
     /// per-pool rates.
     readings: VecDeque<Reading>,
     pool_rates: HashMap<(String, String), PoolRates>,
+    current: Current,
+}
+
+fn rates(d: &Delta, o: &Delta, secs: f64) -> PoolRates {
+    PoolRates {
+        tps: per_sec(d.xacts, o.xacts, secs),
+        qps: per_sec(d.queries, o.queries, secs),
+        xact_avg_ms: avg_ms(d.xact_time_us, o.xact_time_us, d.xacts, o.xacts),
+        wait_avg_ms: avg_ms(
+            d.wait_time_us,
+            o.wait_time_us,
+            d.server_assignments,
+            o.server_assignments,
+        ),
+    }
 }
 
 fn per_sec(new: u64, old: u64, secs: f64) -> f64 {
@@ -187,20 +212,18 @@ impl History {
                 .iter()
                 .map(|(k, d)| {
                     let o = oldest.pools.get(k).copied().unwrap_or_default();
-                    let rates = PoolRates {
-                        tps: per_sec(d.xacts, o.xacts, secs),
-                        qps: per_sec(d.queries, o.queries, secs),
-                        xact_avg_ms: avg_ms(d.xact_time_us, o.xact_time_us, d.xacts, o.xacts),
-                        wait_avg_ms: avg_ms(
-                            d.wait_time_us,
-                            o.wait_time_us,
-                            d.server_assignments,
-                            o.server_assignments,
-                        ),
-                    };
-                    (k.clone(), rates)
+                    (k.clone(), rates(d, &o, secs))
                 })
                 .collect();
+            let mut hist = [0u64; LATENCY_BUCKETS];
+            for (i, h) in hist.iter_mut().enumerate() {
+                *h = xact_hist[i].saturating_sub(oldest.xact_hist[i]);
+            }
+            self.current = Current {
+                rates: rates(&totals, &oldest.totals, secs),
+                xact_p99_ms: quantile_ms(&hist, 0.99),
+                window_s: secs,
+            };
         }
         if self.readings.len() >= POOL_WINDOW {
             self.readings.pop_front();
@@ -223,8 +246,9 @@ impl History {
             .collect()
     }
 
-    pub fn last(&self) -> Option<Sample> {
-        self.samples.back().copied()
+    /// The tiles' figures, over the pools table's window.
+    pub fn current(&self) -> Current {
+        self.current
     }
 
     pub fn pool_rates(&self, database: &str, user: &str) -> PoolRates {

@@ -261,7 +261,7 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
                 })
             })
             .collect();
-        (h.since(since_ms), h.last().unwrap_or_default(), pools)
+        (h.since(since_ms), h.current(), pools)
     };
 
     let targets = health::targets(&state.app);
@@ -356,11 +356,12 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
             "errors": by_class.iter().filter_map(|v| v["count"].as_u64()).sum::<u64>(),
         },
         "current": {
-            "tps": round3(last.tps),
-            "qps": round3(last.qps),
-            "xact_avg_ms": round3(last.xact_avg_ms),
+            "window_s": round3(last.window_s),
+            "tps": round3(last.rates.tps),
+            "qps": round3(last.rates.qps),
+            "xact_avg_ms": round3(last.rates.xact_avg_ms),
             "xact_p99_ms": round3(last.xact_p99_ms),
-            "wait_avg_ms": round3(last.wait_avg_ms),
+            "wait_avg_ms": round3(last.rates.wait_avg_ms),
             "max_wait_ms": round3(live.pools.iter().map(|p| p.max_wait_us).max().unwrap_or(0) as f64 / 1000.0),
         },
         "pools": pools,
