@@ -220,3 +220,50 @@ fn reserve_pool_use_is_logged() {
     assert_eq!(taken[0].level, "WARNING");
     holder.simple_query("commit").unwrap();
 }
+
+/// SET log_connections = 0 on the console takes effect for the next login, as in PgBouncer.
+#[test]
+fn set_on_console_switches_connection_lines() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
+    let count = |w: &Weir| w.logfile().matches("login attempt: db=postgres").count();
+    let mut a = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(a.query_one("select 1"), "1");
+    // The login line is written before the client is told it is in.
+    assert_eq!(count(&weir), 1, "{}", weir.logfile());
+    let mut admin = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).unwrap();
+    admin.simple_query("SET log_connections = 0").unwrap();
+    let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(b.query_one("select 2"), "2");
+    assert_eq!(count(&weir), 1, "{}", weir.logfile());
+    admin.simple_query("SET log_connections = 1").unwrap();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 3"), "3");
+    assert_eq!(count(&weir), 2, "{}", weir.logfile());
+}
+
+/// An error Weir sends mid-session is a pooler error on the client's own prefix, followed
+/// by its close with the same reason.
+#[test]
+fn session_error_logged_on_the_client_prefix() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("client_idle_timeout", 1)
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    let e = c.expect_error();
+    assert_eq!(e.message, "client_idle_timeout");
+    wait_for(&weir, "closing because: client_idle_timeout");
+    let all = lines(&weir);
+    let pid = weir.pid();
+    let login = find(&all, pid, "login attempt: ");
+    let error = find(&all, pid, "pooler error: client_idle_timeout");
+    let close = find(&all, pid, "closing because: client_idle_timeout (age=");
+    assert_eq!(error.len(), 1, "{all:#?}");
+    assert_eq!(close.len(), 1, "{all:#?}");
+    assert_eq!(error[0].level, "WARNING");
+    assert_eq!(error[0].conn, login[0].conn);
+    assert_eq!(close[0].conn, login[0].conn);
+}
