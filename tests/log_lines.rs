@@ -128,12 +128,29 @@ fn client_and_server_lines_like_pgbouncer() {
         opened[0].who.unwrap(),
         format!("postgres/postgres@127.0.0.1:{}", pg.port())
     );
+}
 
-    // No terminal colours in the file.
-    assert!(
-        !weir.logfile().contains('\x1b'),
-        "escape codes in the logfile"
-    );
+/// Lines with structured fields (here the failed server login's db=, user=, addr=) are
+/// where the formatter used to add terminal colours: the file gets plain text.
+#[test]
+fn no_colour_escapes_in_the_logfile() {
+    let pg = PgServer::start();
+    let down = free_port();
+    let weir = Weir::for_pg(&pg)
+        .database(
+            "down",
+            &format!("host=127.0.0.1 port={down} dbname=postgres"),
+        )
+        .start();
+    assert!(RawConn::startup(weir.port(), "postgres", "down", &[]).is_err());
+    wait_for(&weir, "server login failed");
+    let log = weir.logfile();
+    let line = log
+        .lines()
+        .find(|l| l.contains("server login failed"))
+        .unwrap();
+    assert!(line.contains("db=down"), "{line}");
+    assert!(!log.contains('\x1b'), "escape codes in the logfile:\n{log}");
 }
 
 #[test]
