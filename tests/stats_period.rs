@@ -49,6 +49,8 @@ fn stats_line_every_period_and_averages_follow_it() {
     let weir = Weir::for_pg(&pg)
         .set("stats_period", 1)
         .set("admin_users", "postgres")
+        .set("max_prepared_statements", 10)
+        .set("pool_mode", "transaction")
         .start();
     assert!(
         !weir.log().contains("stats_period is not implemented"),
@@ -68,11 +70,28 @@ fn stats_line_every_period_and_averages_follow_it() {
         "no stats line with queries:\n{}",
         weir.log_tail()
     );
-    let lines = stats_lines(&weir);
-    // Prepared statements are not counted yet: their rates print as 0, as PgBouncer's do
-    // with max_prepared_statements off.
-    assert!(lines.iter().all(|n| n[2] == 0 && n[3] == 0 && n[4] == 0));
+    // Simple queries prepare nothing: the prepared-statement rates stay 0.
+    assert!(stats_lines(&weir)
+        .iter()
+        .all(|n| n[2] == 0 && n[3] == 0 && n[4] == 0));
     assert!(avg_queries(&mut admin) > 0);
+    // Named statements (tracked in transaction mode), prepared once each and bound:
+    // client parses/s and binds/s move.
+    let mut i = 0;
+    assert!(
+        eventually(TIMEOUT, || {
+            i += 1;
+            let name = format!("s{i}");
+            c.send(&proto::parse(&name, "select 1"));
+            c.send(&proto::bind("", &name, &[]));
+            c.send(&proto::execute("", 0));
+            c.send(&proto::sync());
+            c.read_until_ready();
+            stats_lines(&weir).iter().any(|n| n[2] > 0 && n[4] > 0)
+        }),
+        "no stats line with parses and binds:\n{}",
+        weir.log_tail()
+    );
     // Once the queries stop, two periods later the average window holds none of them: with
     // the default period (60 s) that would not happen within the test's timeout.
     assert!(
