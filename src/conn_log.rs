@@ -11,9 +11,11 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::pool::PoolSettings;
 use crate::registry::clients::ClientInfo;
 use crate::registry::now_micros;
 use crate::registry::servers::ServerInfo;
+use crate::server::ServerConn;
 use crate::stream::Endpoint;
 
 static CONNECTIONS: AtomicBool = AtomicBool::new(true);
@@ -136,6 +138,20 @@ pub fn server_closing(s: &ServerInfo, reason: &str) {
             age_secs(s.connect_time)
         );
     }
+}
+
+/// An idle server closed for its age, its idleness or a configuration change (checked in
+/// that order of precedence, as the caller found at least one).
+pub fn server_expired(s: &ServerConn, settings: &PoolSettings) {
+    let reason = if s.generation != settings.target.generation {
+        "database configuration changed"
+    } else if !settings.server_lifetime.is_zero() && s.created.elapsed() >= settings.server_lifetime
+    {
+        "server lifetime over"
+    } else {
+        "server idle timeout"
+    };
+    server_closing(&s.info.0, reason);
 }
 
 /// Why a server coming back from a client is closed instead of pooled.

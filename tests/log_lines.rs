@@ -194,24 +194,26 @@ fn pooler_errors_logged_and_switches_honoured() {
 }
 
 #[test]
-fn server_lifetime_close_is_logged() {
+fn server_lifetime_and_idle_closes_are_logged() {
     let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg).set("server_lifetime", 1).start();
-    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
-    assert_eq!(c.query_one("select 1"), "1");
-    // In session mode the server comes back to the pool when the client leaves.
-    drop(c);
-    wait_for(&weir, "closing because: server lifetime over");
-    let all = lines(&weir);
-    let closes = find(
-        &all,
-        weir.pid(),
-        "closing because: server lifetime over (age=",
-    );
-    assert_eq!(closes.len(), 1, "{all:#?}");
-    assert!(closes[0].conn.unwrap().starts_with("S-0x"));
-    let opened = find(&all, weir.pid(), "new connection to server");
-    assert_eq!(opened[0].conn, closes[0].conn, "{all:#?}");
+    for (setting, reason) in [
+        ("server_lifetime", "server lifetime over"),
+        ("server_idle_timeout", "server idle timeout"),
+    ] {
+        let weir = Weir::for_pg(&pg).set(setting, 1).start();
+        let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+        assert_eq!(c.query_one("select 1"), "1");
+        // In session mode the server comes back to the pool when the client leaves.
+        drop(c);
+        let close = format!("closing because: {reason} (age=");
+        wait_for(&weir, &close);
+        let all = lines(&weir);
+        let closes = find(&all, weir.pid(), &close);
+        assert_eq!(closes.len(), 1, "{all:#?}");
+        assert!(closes[0].conn.unwrap().starts_with("S-0x"));
+        let opened = find(&all, weir.pid(), "new connection to server");
+        assert_eq!(opened[0].conn, closes[0].conn, "{all:#?}");
+    }
 }
 
 #[test]

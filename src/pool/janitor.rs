@@ -41,23 +41,18 @@ impl Pool {
                     && s.idle_since.elapsed() >= settings.server_idle_timeout
                     && st.total > settings.min_pool_size;
                 let stale = s.generation != settings.target.generation;
-                let reason = match (stale, too_old) {
-                    (true, _) => "database configuration changed",
-                    (_, true) => "server lifetime over",
-                    _ => "server idle timeout",
-                };
                 if too_old || too_idle || stale {
                     if let Some(s) = st.idle.remove(i) {
                         st.total -= 1;
-                        closing.push((s, reason));
+                        closing.push(s);
                     }
                 } else {
                     i += 1;
                 }
             }
         }
-        for (s, reason) in closing {
-            crate::conn_log::server_closing(&s.info.0, reason);
+        for s in closing {
+            crate::conn_log::server_expired(&s, &settings);
             self.closed_idle(*s);
         }
     }

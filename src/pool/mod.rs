@@ -206,6 +206,7 @@ impl Pool {
                 }
             };
             for s in expired {
+                crate::conn_log::server_expired(&s, &settings);
                 self.closed_idle(*s);
             }
             let grant = match step {
@@ -576,6 +577,7 @@ impl Pool {
             st.total -= 1;
             c
         };
+        crate::conn_log::server_closing(&conn.info.0, "evicted");
         self.closed_idle(*conn);
         true
     }
