@@ -11,12 +11,16 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::admin::sessions::AdminSession;
 use crate::pool::PoolSettings;
 use crate::registry::clients::ClientInfo;
 use crate::registry::now_micros;
 use crate::registry::servers::ServerInfo;
 use crate::server::ServerConn;
 use crate::stream::Endpoint;
+
+/// The admin console's database, as PgBouncer names it in its prefix.
+const CONSOLE_DB: &str = "pgbouncer";
 
 static CONNECTIONS: AtomicBool = AtomicBool::new(true);
 static DISCONNECTIONS: AtomicBool = AtomicBool::new(true);
@@ -71,24 +75,48 @@ fn age_secs(connect_time: u64) -> u64 {
     now_micros().saturating_sub(connect_time) / 1_000_000
 }
 
+fn console(s: &AdminSession) -> Prefix<'_> {
+    Prefix {
+        kind: 'C',
+        id: u64::from(s.id),
+        database: CONSOLE_DB,
+        user: &s.user,
+        addr: &s.peer,
+    }
+}
+
 /// A client that has logged in (PgBouncer logs it once authentication passed).
 pub fn login_attempt(c: &ClientInfo) {
+    logged_in(client(c));
+}
+
+pub fn console_login(s: &AdminSession) {
+    logged_in(console(s));
+}
+
+fn logged_in(who: Prefix<'_>) {
     if CONNECTIONS.load(Ordering::Relaxed) {
         tracing::info!(
-            "{} login attempt: db={} user={} tls=no",
-            client(c),
-            c.database,
-            c.user
+            "{who} login attempt: db={} user={} tls=no",
+            who.database,
+            who.user
         );
     }
 }
 
 pub fn client_closing(c: &ClientInfo, reason: &str) {
+    closing(client(c), c.connect_time, reason);
+}
+
+pub fn console_closing(s: &AdminSession, reason: &str) {
+    closing(console(s), s.connect_time, reason);
+}
+
+fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
     if DISCONNECTIONS.load(Ordering::Relaxed) {
         tracing::info!(
-            "{} closing because: {reason} (age={}s)",
-            client(c),
-            age_secs(c.connect_time)
+            "{who} closing because: {reason} (age={}s)",
+            age_secs(connect_time)
         );
     }
 }
@@ -113,9 +141,7 @@ pub fn refused(database: &str, user: &str, peer: &Endpoint, message: &str) {
     if POOLER_ERRORS.load(Ordering::Relaxed) {
         tracing::warn!("{who} pooler error: {message}");
     }
-    if DISCONNECTIONS.load(Ordering::Relaxed) {
-        tracing::info!("{who} closing because: {message} (age=0s)");
-    }
+    closing(who, now_micros(), message);
 }
 
 /// A server connection just opened (its local end already recorded).
@@ -131,13 +157,7 @@ pub fn server_opened(s: &ServerInfo) {
 }
 
 pub fn server_closing(s: &ServerInfo, reason: &str) {
-    if DISCONNECTIONS.load(Ordering::Relaxed) {
-        tracing::info!(
-            "{} closing because: {reason} (age={}s)",
-            server(s),
-            age_secs(s.connect_time)
-        );
-    }
+    closing(server(s), s.connect_time, reason);
 }
 
 /// An idle server closed for its age, its idleness or a configuration change (checked in

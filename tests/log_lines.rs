@@ -251,6 +251,18 @@ fn set_on_console_switches_connection_lines() {
     // The login line is written before the client is told it is in.
     assert_eq!(count(&weir), 1, "{}", weir.logfile());
     let mut admin = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).unwrap();
+    // Console sessions are logged as PgBouncer logs its admin clients.
+    let all = lines(&weir);
+    let console = find(
+        &all,
+        weir.pid(),
+        "login attempt: db=pgbouncer user=postgres tls=no",
+    );
+    assert_eq!(console.len(), 1, "{all:#?}");
+    assert!(console[0]
+        .who
+        .unwrap()
+        .starts_with("pgbouncer/postgres@127.0.0.1:"));
     admin.simple_query("SET log_connections = 0").unwrap();
     let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     assert_eq!(b.query_one("select 2"), "2");

@@ -112,6 +112,7 @@ pub async fn serve(
     );
     // The registration uncounts the session when it goes.
     login.admission.keep();
+    crate::conn_log::console_login(&handle.0);
     let console = Console {
         app: app.clone(),
         session: handle.0.clone(),
@@ -133,7 +134,7 @@ pub async fn serve(
     messages::ready_for_query(&mut out, b'I');
     if stream.write_all(&out).await.is_ok() {
         let reason = console.run(&mut stream, &mut inbuf).await;
-        tracing::debug!(user = %login.user, "admin console session ended: {reason}");
+        crate::conn_log::console_closing(&handle.0, reason);
     }
     drop(console);
     drop(handle);
