@@ -9,7 +9,9 @@
 //! no access to the configuration.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::admin::sessions::AdminSession;
 use crate::pool::PoolSettings;
@@ -183,9 +185,26 @@ pub fn checkin_reason(stale: bool, too_many: bool) -> &'static str {
     }
 }
 
-/// A waiting client got a connection beyond pool_size (PgBouncer logs it as a warning).
+tokio::task_local! {
+    /// The client a pool checkout waits for, so that the pool can name it in the log
+    /// without every checkout carrying it.
+    static WAITING: Arc<ClientInfo>;
+}
+
+/// Runs a client's checkout with the client known to `reserve_taken`.
+pub fn waiting<F: Future>(c: Arc<ClientInfo>, checkout: F) -> impl Future<Output = F::Output> {
+    WAITING.scope(c, checkout)
+}
+
+/// A waiting client got a connection beyond pool_size (PgBouncer logs it as a warning, on
+/// the client's prefix).
 pub fn reserve_taken(database: &str, user: &str) {
-    tracing::warn!("{database}/{user} taking connection from reserve_pool");
+    let named = WAITING.try_with(|c| {
+        tracing::warn!("{} taking connection from reserve_pool", client(c));
+    });
+    if named.is_err() {
+        tracing::warn!("{database}/{user} taking connection from reserve_pool");
+    }
 }
 
 #[cfg(test)]

@@ -230,13 +230,13 @@ fn reserve_pool_use_is_logged() {
     // Served by a reserve connection once reserve_pool_timeout has passed.
     assert_eq!(waiter.query_one("select 2"), "2");
     let all = lines(&weir);
-    let taken = find(
-        &all,
-        weir.pid(),
-        "postgres/postgres taking connection from reserve_pool",
-    );
+    let taken = find(&all, weir.pid(), "taking connection from reserve_pool");
     assert_eq!(taken.len(), 1, "{all:#?}");
     assert_eq!(taken[0].level, "WARNING");
+    // On the waiting client's prefix, as PgBouncer writes it.
+    let logins = find(&all, weir.pid(), "login attempt: ");
+    assert_eq!(logins.len(), 2, "{all:#?}");
+    assert_eq!(taken[0].conn, logins[1].conn, "{all:#?}");
     holder.simple_query("commit").unwrap();
 }
 

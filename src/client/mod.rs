@@ -688,9 +688,10 @@ impl Session {
         self.client.0.set_waiting(notify_after, give_up_after);
         let started = Instant::now();
         let ahead = self.request_ahead();
-        let checkout = pool.checkout(keys.clone(), false, ahead);
-        tokio::pin!(checkout);
         let me = self.client.0.clone();
+        let checkout =
+            crate::conn_log::waiting(me.clone(), pool.checkout(keys.clone(), false, ahead));
+        tokio::pin!(checkout);
         let waited = |limit: Option<Duration>| limit.is_some_and(|d| started.elapsed() >= d);
         let cancelled = || PgError::error("57014", "canceling statement due to user request");
         // A cancel that came as the request was already being sent ahead: it is passed on
