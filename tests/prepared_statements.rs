@@ -523,3 +523,48 @@ async fn show_servers_counts_prepared_statements() {
         .collect();
     assert_eq!(counts, vec!["2".to_string()]);
 }
+
+/// A request that waits for a server is rewritten while it queues, as if the server it
+/// gets held its statements: it goes ahead to a server that does, and one that does not
+/// prepares them first.
+#[test]
+fn queued_requests_with_named_statements() {
+    let pg = PgServer::start();
+    for cap in [200, 1] {
+        let weir = Weir::for_pg(&pg)
+            .set("pool_mode", "transaction")
+            .set("default_pool_size", 1)
+            .set("max_prepared_statements", cap)
+            .start();
+        let mut a = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+        let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+        b.send(&[parse("s", "select 'b'"), sync()].concat());
+        b.read_until_ready();
+        // With a cache of one, this takes b's statement off the only server.
+        a.send(&[parse("t", "select 'a'"), sync()].concat());
+        a.read_until_ready();
+        a.send(&query("begin"));
+        a.read_until_ready();
+        b.send(
+            &[
+                bind("", "s", &[]),
+                describe(b'P', ""),
+                execute("", 0),
+                sync(),
+            ]
+            .concat(),
+        );
+        // b queues behind a's transaction.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        a.send(&[bind("", "t", &[]), execute("", 0), sync(), query("commit")].concat());
+        a.read_until_ready();
+        a.read_until_ready();
+        let rows: Vec<_> = b
+            .read_until_ready()
+            .into_iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| data_row(&m.body))
+            .collect();
+        assert_eq!(rows, vec![vec![Some("b".to_string())]], "cap {cap}");
+    }
+}

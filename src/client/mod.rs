@@ -473,6 +473,7 @@ impl Session {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
+        self.settle_ahead(&mut held.statements);
         self.lend(&held);
         let event = self.relay(&mut held).await;
         self.client.0.set_idle();
@@ -555,6 +556,7 @@ impl Session {
                 self.cframe.reset();
                 if let Some(p) = prepare::statements(&mut self.extras) {
                     p.clear_replies();
+                    p.ahead.clear();
                 }
                 break;
             }

@@ -76,6 +76,7 @@ impl Session {
         let cx = Context {
             status: self.exchange.status,
             cap: self.prepared_cap as usize,
+            ahead: server.is_none(),
         };
         let mut out = BytesMut::new();
         match rewrite::client_message(tag, body, p, server, &cx, &mut out) {
@@ -168,6 +169,31 @@ impl Session {
         self.outbuf.extend_from_slice(&out);
         self.sframe.rewritten(0, self.outbuf.len());
         true
+    }
+
+    /// On the server just lent: prepares what the request framed while queueing assumed
+    /// it held, unless it went ahead (then the releasing task found it all there).
+    pub(super) fn settle_ahead(&mut self, server: &mut ServerStatements) {
+        let Some(p) = statements(&mut self.extras) else {
+            return;
+        };
+        if p.ahead.is_empty() {
+            return;
+        }
+        let mut out = BytesMut::new();
+        rewrite::settle_ahead(p, server, self.prepared_cap as usize, &mut out);
+        if !out.is_empty() {
+            splice(&mut self.inbuf, 0..0, &out);
+            let scanned = self.cframe.scanned();
+            self.cframe.rewritten(0, scanned + out.len());
+        }
+    }
+
+    /// The ids of the statements a request framed while queueing needs on the server it
+    /// goes ahead to.
+    pub(super) fn ahead_needs(&mut self) -> Vec<u64> {
+        statements(&mut self.extras)
+            .map_or_else(Vec::new, |p| p.ahead.iter().map(|d| d.id).collect())
     }
 
     pub(super) fn flush_prepared_stats(&mut self) {

@@ -94,6 +94,7 @@ impl Session {
             bytes: Bytes::copy_from_slice(&self.inbuf[..ready]),
             wanted: self.wanted.clone(),
             client: self.client.0.clone(),
+            statements: self.ahead_needs(),
         })
     }
 

@@ -25,6 +25,9 @@ pub struct Ahead {
     /// Where the waiter and the releaser agree which of them sends the request: the
     /// releaser claims it unless the waiter has given up its place (cancel, timeout).
     pub client: Arc<ClientInfo>,
+    /// Prepared statements (Weir's ids) the request names: it was rewritten as if the
+    /// server held them, so it may only go to one that does.
+    pub statements: Vec<u64>,
 }
 
 impl Ahead {
@@ -36,7 +39,8 @@ impl Ahead {
             .synced_to
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
-        if !synced || !self.client.claim_handoff() {
+        let prepared = self.statements.iter().all(|&id| conn.statements.touch(id));
+        if !synced || !prepared || !self.client.claim_handoff() {
             return;
         }
         conn.sent_ahead = conn.stream.try_write(&self.bytes).unwrap_or(0);

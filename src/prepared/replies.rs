@@ -31,6 +31,10 @@ pub struct ClientStatements {
     undoable_since_barrier: u32,
     /// Counted since the last flush into the pool's stats.
     pub counts: crate::stats::PreparedCounts,
+    /// Statements the request framed while queueing names, rewritten as if the server it
+    /// gets holds them (so that it can go ahead, see pool::ahead); the client prepares
+    /// the ones it lacks once it has the server (`Session::settle_ahead`).
+    pub ahead: Vec<Arc<Def>>,
 }
 
 impl ClientStatements {
@@ -61,7 +65,12 @@ impl ClientStatements {
 
     /// Puts a reply back at the front (one that stays owed after a change of kind).
     pub fn push_front(&mut self, r: Reply) {
-        debug_assert!(!r.undoable());
+        if r.undoable() {
+            self.undoable += 1;
+            if !self.replies.iter().any(Reply::is_barrier) {
+                self.undoable_since_barrier += 1;
+            }
+        }
         self.replies.push_front(r);
     }
 

@@ -37,6 +37,9 @@ pub struct Context {
     pub status: u8,
     /// max_prepared_statements.
     pub cap: usize,
+    /// No server yet, but a Bind or Describe of a statement the client has may be
+    /// rewritten as if the server held it (see `ClientStatements::ahead`).
+    pub ahead: bool,
 }
 
 fn lossy(name: &[u8]) -> String {
@@ -60,7 +63,8 @@ pub fn client_message(
         b'Q' => query_kind(body).is_some(),
         _ => false,
     };
-    if named && (server.is_none() || p.must_wait()) {
+    let assumed = server.is_none() && cx.ahead && matches!(tag, b'B' | b'D');
+    if named && (p.must_wait() || (server.is_none() && !assumed)) {
         return Edit::Hold;
     }
     let keep = |p: &mut ClientStatements| {
@@ -115,16 +119,19 @@ pub fn client_message(
             let Some((portal, stmt, rest)) = bind_parts(body).filter(|b| !b.1.is_empty()) else {
                 return keep(p);
             };
-            let Some(server) = server else {
-                return Edit::Hold;
-            };
             // A statement of SQL PREPARE is not carried into the protocol: the server says
             // it does not know the name.
             let Some(def) = p.names.get(stmt).filter(|d| !d.sql).cloned() else {
-                return missing(p, out, stmt).unwrap_or_else(|| keep(p));
+                return match server {
+                    Some(_) => missing(p, out, stmt).unwrap_or_else(|| keep(p)),
+                    None => Edit::Hold,
+                };
             };
             p.counts.binds += 1;
-            ensure(p, server, &def, cx.cap, out);
+            match server {
+                Some(server) => ensure(p, server, &def, cx.cap, out),
+                None => p.ahead.push(def.clone()),
+            }
             put_bind(out, portal, &def, rest);
             keep(p);
             Edit::Replace
@@ -134,7 +141,12 @@ pub fn client_message(
                 return keep(p);
             };
             let Some(server) = server else {
-                return Edit::Hold;
+                let Some(def) = p.names.get(name).filter(|d| !d.sql && tag == b'D').cloned() else {
+                    return Edit::Hold;
+                };
+                p.ahead.push(def.clone());
+                put_target(out, b'D', def.id);
+                return keep_replaced(p, tag);
             };
             if tag == b'C' {
                 // The server keeps it cached for whoever prepares the same text next;
@@ -180,6 +192,44 @@ pub fn client_message(
             Edit::Keep
         }
         _ => keep(p),
+    }
+}
+
+fn keep_replaced(p: &mut ClientStatements, tag: u8) -> Edit {
+    p.push(Reply::Sent(tag));
+    Edit::Replace
+}
+
+/// Prepares, ahead of a request rewritten while queueing, the statements it names that
+/// the server it got lacks (the request has not gone ahead: the front of what the client
+/// sends is the request's start). Their replies go to the front of the queue.
+pub fn settle_ahead(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    cap: usize,
+    out: &mut BytesMut,
+) {
+    let needs = std::mem::take(&mut p.ahead);
+    // The request's own statements are the most recently used: no eviction takes them.
+    let (held, missing): (Vec<_>, Vec<_>) = needs.into_iter().partition(|d| server.touch(d.id));
+    p.counts.hits += held.len() as u64;
+    let mut front = Vec::new();
+    for def in missing {
+        if server.touch(def.id) {
+            continue;
+        }
+        while let Some(victim) = server.evict(cap) {
+            p.counts.evictions += 1;
+            put_target(out, b'C', victim.id);
+            front.push(Reply::Evicted(victim));
+        }
+        p.counts.server_parses += 1;
+        put_parse(out, &def);
+        server.insert(&def);
+        front.push(Reply::Prepared(def));
+    }
+    for r in front.into_iter().rev() {
+        p.push_front(r);
     }
 }
 
