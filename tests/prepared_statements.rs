@@ -86,6 +86,24 @@ fn flushed(msgs: Vec<Vec<u8>>, replies: usize) -> Step {
     Step { msgs, replies }
 }
 
+/// The rows a client gets up to its next ReadyForQuery.
+fn rows_until_ready(c: &mut RawConn) -> Vec<Vec<Option<String>>> {
+    c.read_until_ready()
+        .into_iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| data_row(&m.body))
+        .collect()
+}
+
+/// Weir in transaction mode with one server and a cache of `cap` statements on it.
+fn one_server(pg: &PgServer, cap: u32) -> Weir {
+    Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("max_prepared_statements", cap)
+        .start()
+}
+
 /// Runs `script` directly against PostgreSQL, then through Weir (transaction mode, one
 /// server) on two clients in turn, so that the second finds the statements already on
 /// the server, and on a third with a cache of one statement per server; each must see
@@ -96,11 +114,7 @@ fn same_as_direct(script: impl Fn() -> Vec<Step>) {
     let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
     let want = run(&mut direct, &script());
     for cap in [200, 1] {
-        let weir = Weir::for_pg(&pg)
-            .set("pool_mode", "transaction")
-            .set("default_pool_size", 1)
-            .set("max_prepared_statements", cap)
-            .start();
+        let weir = one_server(&pg, cap);
         for round in 0..2 {
             let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
             let got = run(&mut c, &script());
@@ -419,20 +433,10 @@ fn clients_never_see_each_others_statements() {
         ]
         .concat(),
     );
-    let rows: Vec<_> = b
-        .read_until_ready()
-        .into_iter()
-        .filter(|m| m.tag == b'D')
-        .map(|m| data_row(&m.body))
-        .collect();
+    let rows = rows_until_ready(&mut b);
     assert_eq!(rows, vec![vec![Some("b".to_string())]]);
     a.send(&[bind("", "mine", &[]), execute("", 0), sync()].concat());
-    let rows: Vec<_> = a
-        .read_until_ready()
-        .into_iter()
-        .filter(|m| m.tag == b'D')
-        .map(|m| data_row(&m.body))
-        .collect();
+    let rows = rows_until_ready(&mut a);
     assert_eq!(rows, vec![vec![Some("a".to_string())]]);
 }
 
@@ -531,11 +535,7 @@ async fn show_servers_counts_prepared_statements() {
 fn queued_requests_with_named_statements() {
     let pg = PgServer::start();
     for cap in [200, 1] {
-        let weir = Weir::for_pg(&pg)
-            .set("pool_mode", "transaction")
-            .set("default_pool_size", 1)
-            .set("max_prepared_statements", cap)
-            .start();
+        let weir = one_server(&pg, cap);
         let mut a = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
         let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
         b.send(&[parse("s", "select 'b'"), sync()].concat());
@@ -559,12 +559,7 @@ fn queued_requests_with_named_statements() {
         a.send(&[bind("", "t", &[]), execute("", 0), sync(), query("commit")].concat());
         a.read_until_ready();
         a.read_until_ready();
-        let rows: Vec<_> = b
-            .read_until_ready()
-            .into_iter()
-            .filter(|m| m.tag == b'D')
-            .map(|m| data_row(&m.body))
-            .collect();
+        let rows = rows_until_ready(&mut b);
         assert_eq!(rows, vec![vec![Some("b".to_string())]], "cap {cap}");
     }
 }
