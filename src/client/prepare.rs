@@ -77,9 +77,11 @@ impl Session {
             status: self.exchange.status,
             cap: self.prepared_cap as usize,
             ahead: server.is_none(),
+            unsynced: self.exchange.unsynced,
         };
         let mut out = BytesMut::new();
-        match rewrite::client_message(tag, body, p, server, &cx, &mut out) {
+        let e = rewrite::client_message(tag, body, p, server, &cx, &mut out);
+        match e {
             Edit::Keep => true,
             Edit::Hold => self.hold(frame),
             Edit::Replace => {
@@ -110,7 +112,8 @@ impl Session {
             return false;
         }
         let body = frame.body.clone().map(|r| &self.outbuf[r]);
-        match rewrite::server_message(frame.tag, body, p, server) {
+        let e = rewrite::server_message(frame.tag, body, p, server);
+        match e {
             ServerEdit::Keep => {}
             ServerEdit::Remove => {
                 // ParseComplete, CloseComplete and ReadyForQuery are framed whole.

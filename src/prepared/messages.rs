@@ -54,12 +54,50 @@ pub fn put_parse(out: &mut BytesMut, def: &Def) {
     });
 }
 
-/// The client's Parse as an unnamed one (see `Session::client_parse`).
-pub fn put_unnamed_parse(out: &mut BytesMut, def: &Def) {
+/// A Parse of the unnamed statement with this body (text, types).
+pub fn put_unnamed_parse(out: &mut BytesMut, body: &[u8]) {
     put_message(out, b'P', |b| {
         b.put_u8(0);
-        b.put_slice(&def.body);
+        b.put_slice(body);
     });
+}
+
+/// An ErrorResponse body with the statement names the server used (`"weir_<id>"`) put
+/// back as the client knows them; None when it names none of them.
+pub fn rename_in_error(
+    body: &[u8],
+    client_name: impl Fn(u64) -> Option<Vec<u8>>,
+) -> Option<BytesMut> {
+    const NEEDLE: &[u8] = b"\"weir_";
+    body.windows(NEEDLE.len()).position(|w| w == NEEDLE)?;
+    let mut out = BytesMut::with_capacity(body.len() + 5);
+    put_message(&mut out, b'E', |b| {
+        for field in body.split(|&c| c == 0).filter(|f| !f.is_empty()) {
+            let mut rest = field;
+            while let Some(at) = rest.windows(NEEDLE.len()).position(|w| w == NEEDLE) {
+                b.put_slice(&rest[..at + 1]);
+                rest = &rest[at + 1..];
+                let digits = rest[5..].iter().take_while(|c| c.is_ascii_digit()).count();
+                let id = std::str::from_utf8(&rest[5..5 + digits])
+                    .ok()
+                    .and_then(|d| d.parse().ok());
+                match id.and_then(&client_name) {
+                    Some(name) if rest.get(5 + digits) == Some(&b'"') => {
+                        b.put_slice(&name);
+                        rest = &rest[5 + digits..];
+                    }
+                    _ => {
+                        b.put_slice(&rest[..5]);
+                        rest = &rest[5..];
+                    }
+                }
+            }
+            b.put_slice(rest);
+            b.put_u8(0);
+        }
+        b.put_u8(0);
+    });
+    Some(out)
 }
 
 pub fn put_failing_parse(out: &mut BytesMut) {

@@ -29,8 +29,17 @@ pub struct ClientStatements {
     /// after the last barrier (a Sync or a simple query): see `must_wait`.
     undoable: u32,
     undoable_since_barrier: u32,
+    /// Entries in `replies` that end with a ReadyForQuery: while there are any, the
+    /// transaction status the server will be in is not known yet.
+    barriers: u32,
+    /// Statements the client knows by more than one name: a Bind or Describe of one is
+    /// recorded with its name, for the server's errors to be told with it.
+    pub aliased: std::collections::HashSet<u64>,
     /// Counted since the last flush into the pool's stats.
     pub counts: crate::stats::PreparedCounts,
+    /// The server skips to the next Sync after an error: what the client sends meanwhile
+    /// gets no reply, not even one Weir would make.
+    pub skipping: bool,
     /// Statements the request framed while queueing names, rewritten as if the server it
     /// gets holds them (so that it can go ahead, see pool::ahead); the client prepares
     /// the ones it lacks once it has the server (`Session::settle_ahead`).
@@ -44,18 +53,22 @@ impl ClientStatements {
     }
 
     pub fn push(&mut self, r: Reply) {
+        self.barriers += u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable += 1;
             self.undoable_since_barrier += 1;
         }
         if r.is_barrier() {
-            self.undoable_since_barrier = u32::from(r.undoable());
+            // What a query that may be undone (a DEALLOCATE) changed is uncertain for
+            // everything after it too.
+            self.undoable_since_barrier = 0;
         }
         self.replies.push_back(r);
     }
 
     pub fn pop(&mut self) -> Option<Reply> {
         let r = self.replies.pop_front()?;
+        self.barriers -= u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable -= 1;
             self.undoable_since_barrier = self.undoable_since_barrier.min(self.undoable);
@@ -65,6 +78,7 @@ impl ClientStatements {
 
     /// Puts a reply back at the front (one that stays owed after a change of kind).
     pub fn push_front(&mut self, r: Reply) {
+        self.barriers += u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable += 1;
             if !self.replies.iter().any(Reply::is_barrier) {
@@ -78,6 +92,7 @@ impl ClientStatements {
         self.replies.clear();
         self.undoable = 0;
         self.undoable_since_barrier = 0;
+        self.barriers = 0;
     }
 
     /// True when a message that reads or changes the statements must wait: something
@@ -87,11 +102,20 @@ impl ClientStatements {
     pub fn must_wait(&self) -> bool {
         self.undoable > self.undoable_since_barrier
     }
+
+    /// True while a query or Sync sent before is unanswered: a message whose rewrite
+    /// depends on the transaction status (a Parse, or a query on statements) waits.
+    pub fn status_pending(&self) -> bool {
+        self.barriers > 0
+    }
 }
 
 pub enum Reply {
     /// A client message sent on (perhaps renamed); answered by one of its tag's replies.
     Sent(u8),
+    /// A Bind or Describe of a statement the client knows by several names, and the name
+    /// this one used.
+    SentAs(u8, Box<[u8]>),
     /// The client's Parse, sent under Weir's name (or unnamed, see `unmark`); if it fails
     /// or is skipped the client has no such statement, nor (when `unmark`) the server.
     Parsed {
@@ -101,6 +125,8 @@ pub enum Reply {
     },
     /// Weir's Parse ahead of the client's Bind or Describe; its ParseComplete is removed.
     Prepared(Arc<Def>),
+    /// A Parse Weir sent only for the error it may raise; its ParseComplete is removed.
+    Discarded,
     /// The client's SQL PREPARE, sent under Weir's name: as `Parsed`, for a query.
     PrepareSql {
         name: Box<[u8]>,
@@ -126,8 +152,13 @@ pub enum Reply {
     /// query that needs it): removed.
     SwallowReady,
     /// The client's DEALLOCATE of its statement, sent as a DEALLOCATE of Weir's name (which
-    /// the server then no longer holds); if it fails, both are as they were.
-    Dealloc { name: Box<[u8]>, def: Arc<Def> },
+    /// the server then no longer holds); if it fails, both are as they were (`held`: the
+    /// server had it).
+    Dealloc {
+        name: Box<[u8]>,
+        def: Arc<Def>,
+        held: bool,
+    },
     /// A query dropping every statement of the session. Both sides are cleared when it is
     /// sent, for what follows it; if it fails, what it would have dropped is put back.
     Reset {
@@ -139,6 +170,7 @@ pub enum Reply {
 impl Reply {
     fn undoable(&self) -> bool {
         match self {
+            Reply::SentAs(..) => false,
             Reply::Parsed { .. }
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
@@ -147,7 +179,7 @@ impl Reply {
             | Reply::Reset { .. }
             | Reply::Dealloc { .. } => true,
             Reply::Synth { undo, .. } => undo.is_some(),
-            Reply::Sent(_) | Reply::Fail { .. } | Reply::SwallowReady => false,
+            Reply::Sent(_) | Reply::Fail { .. } | Reply::SwallowReady | Reply::Discarded => false,
         }
     }
 
@@ -158,7 +190,10 @@ impl Reply {
     /// True when a server message with this tag completes the reply.
     pub fn ends_with(&self, tag: u8) -> bool {
         match self {
-            Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) => tag == b'1',
+            Reply::SentAs(t, _) => Reply::Sent(*t).ends_with(tag),
+            Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Discarded => {
+                tag == b'1'
+            }
             Reply::Sent(b'B') => tag == b'2',
             Reply::Sent(b'C') | Reply::Evicted(_) => tag == b'3',
             Reply::Sent(b'D') => matches!(tag, b'T' | b'n'),
@@ -231,14 +266,18 @@ impl Reply {
                 }
                 server.absorb(old_server);
             }
-            Reply::Dealloc { name, def } => {
+            Reply::Dealloc { name, def, held } => {
                 names.entry(name).or_insert_with(|| def.clone());
-                server.insert(&def);
+                if held {
+                    server.insert(&def);
+                }
             }
             Reply::Sent(_)
+            | Reply::SentAs(..)
             | Reply::Synth { undo: None, .. }
             | Reply::Fail { .. }
-            | Reply::SwallowReady => {}
+            | Reply::SwallowReady
+            | Reply::Discarded => {}
         }
     }
 }

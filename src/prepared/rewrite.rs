@@ -40,6 +40,8 @@ pub struct Context {
     /// No server yet, but a Bind or Describe of a statement the client has may be
     /// rewritten as if the server held it (see `ClientStatements::ahead`).
     pub ahead: bool,
+    /// Extended-protocol messages were sent since the last Sync.
+    pub unsynced: bool,
 }
 
 fn lossy(name: &[u8]) -> String {
@@ -64,7 +66,8 @@ pub fn client_message(
         _ => false,
     };
     let assumed = server.is_none() && cx.ahead && matches!(tag, b'B' | b'D');
-    if named && (p.must_wait() || (server.is_none() && !assumed)) {
+    let by_status = matches!(tag, b'P' | b'Q') && p.status_pending();
+    if named && (p.must_wait() || by_status || (server.is_none() && !assumed)) {
         return Edit::Hold;
     }
     let keep = |p: &mut ClientStatements| {
@@ -81,11 +84,18 @@ pub fn client_message(
             };
             p.counts.client_parses += 1;
             if p.names.contains_key(name) {
+                // PostgreSQL parses the text before it finds the name taken: a syntax
+                // error, or a failed transaction, is what the client hears of first.
+                put_unnamed_parse(out, rest);
+                p.push(Reply::Discarded);
                 let msg = format!("prepared statement \"{}\" already exists", lossy(name));
                 return fail(p, out, PgError::error("42P05", msg));
             }
             let def = intern(rest);
             let name: Box<[u8]> = name.into();
+            if p.names.values().any(|d| d.id == def.id) {
+                p.aliased.insert(def.id);
+            }
             p.names.insert(name.clone(), def.clone());
             if server.touch(def.id) {
                 p.counts.hits += 1;
@@ -95,7 +105,7 @@ pub fn client_message(
                         undo: Some((name, None)),
                     });
                 } else {
-                    put_unnamed_parse(out, &def);
+                    put_unnamed_parse(out, &def.body);
                     p.push(Reply::Parsed {
                         name,
                         def,
@@ -119,21 +129,24 @@ pub fn client_message(
             let Some((portal, stmt, rest)) = bind_parts(body).filter(|b| !b.1.is_empty()) else {
                 return keep(p);
             };
-            // A statement of SQL PREPARE is not carried into the protocol: the server says
-            // it does not know the name.
-            let Some(def) = p.names.get(stmt).filter(|d| !d.sql).cloned() else {
+            let Some(def) = p.names.get(stmt).cloned() else {
                 return match server {
                     Some(_) => missing(p, out, stmt).unwrap_or_else(|| keep(p)),
                     None => Edit::Hold,
                 };
             };
-            p.counts.binds += 1;
             match server {
-                Some(server) => ensure(p, server, &def, cx.cap, out),
+                Some(server) => {
+                    if !ensure_any(p, server, &def, cx, out) {
+                        return keep(p);
+                    }
+                }
+                None if def.sql => return Edit::Hold,
                 None => p.ahead.push(def.clone()),
             }
+            p.counts.binds += 1;
             put_bind(out, portal, &def, rest);
-            keep(p);
+            sent_named(p, tag, stmt, &def);
             Edit::Replace
         }
         b'D' | b'C' => {
@@ -146,7 +159,8 @@ pub fn client_message(
                 };
                 p.ahead.push(def.clone());
                 put_target(out, b'D', def.id);
-                return keep_replaced(p, tag);
+                sent_named(p, tag, name, &def);
+                return Edit::Replace;
             };
             if tag == b'C' {
                 // The server keeps it cached for whoever prepares the same text next;
@@ -158,12 +172,14 @@ pub fn client_message(
                 });
                 return Edit::Replace;
             }
-            let Some(def) = p.names.get(name).filter(|d| !d.sql).cloned() else {
+            let Some(def) = p.names.get(name).cloned() else {
                 return missing(p, out, name).unwrap_or_else(|| keep(p));
             };
-            ensure(p, server, &def, cx.cap, out);
+            if !ensure_any(p, server, &def, cx, out) {
+                return keep(p);
+            }
             put_target(out, b'D', def.id);
-            keep(p);
+            sent_named(p, tag, name, &def);
             Edit::Replace
         }
         b'Q' if query_kind(body) != Some(QueryKind::DropAll) => {
@@ -195,9 +211,14 @@ pub fn client_message(
     }
 }
 
-fn keep_replaced(p: &mut ClientStatements, tag: u8) -> Edit {
-    p.push(Reply::Sent(tag));
-    Edit::Replace
+/// Records a renamed Bind or Describe, with the client's name where its statement has
+/// several.
+fn sent_named(p: &mut ClientStatements, tag: u8, name: &[u8], def: &Def) {
+    if p.aliased.contains(&def.id) {
+        p.push(Reply::SentAs(tag, name.into()));
+    } else {
+        p.push(Reply::Sent(tag));
+    }
 }
 
 /// Prepares, ahead of a request rewritten while queueing, the statements it names that
@@ -363,18 +384,50 @@ fn deallocate(
         });
         return Some(Edit::Replace);
     }
-    if !server.touch(def.id) && cx.status != b'E' {
+    let mut held = server.touch(def.id);
+    if !held && cx.status != b'E' {
         evict(p, server, cx.cap, out);
         p.counts.server_parses += 1;
         put_parse(out, &def);
         put_sync(out);
         p.push(Reply::Prepared(def.clone()));
         p.push(Reply::SwallowReady);
+        held = true;
     }
     server.remove(def.id);
     put_deallocate(out, def.id);
-    p.push(Reply::Dealloc { name, def });
+    p.push(Reply::Dealloc { name, def, held });
     Some(Edit::Replace)
+}
+
+/// `ensure`, for a statement of either kind. One of SQL PREPARE is prepared with a query,
+/// which can go only between batches: in the middle of one (or in a failed transaction)
+/// this gives up, and the message goes on under the client's name for the server's
+/// error (a known limit: PostgreSQL would find the statement).
+fn ensure_any(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    def: &Arc<Def>,
+    cx: &Context,
+    out: &mut BytesMut,
+) -> bool {
+    if !def.sql {
+        ensure(p, server, def, cx.cap, out);
+        return true;
+    }
+    if server.touch(def.id) {
+        p.counts.hits += 1;
+        return true;
+    }
+    if cx.unsynced || cx.status == b'E' {
+        return false;
+    }
+    evict(p, server, cx.cap, out);
+    p.counts.server_parses += 1;
+    put_sql_prepare(out, def);
+    server.insert(def);
+    p.push(Reply::PreparedSql(def.clone()));
+    true
 }
 
 /// Prepares `def` on the server ahead of the message that uses it, if it lacks it.
@@ -433,38 +486,70 @@ pub fn server_message(
                 edit = ServerEdit::Replace(error_response(error));
             }
         }
+        if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
+            let names = &p.names;
+            let used = match front {
+                Reply::SentAs(_, name) => Some(name),
+                _ => None,
+            };
+            let client_name = |id: u64| {
+                let found = names.iter().find(|(_, d)| d.id == id);
+                used.or(found.map(|(n, _)| n)).map(|n| n.to_vec())
+            };
+            if let Some(renamed) = rename_in_error(body, client_name) {
+                edit = ServerEdit::Replace(renamed);
+            }
+        }
         if !front.is_extended() {
             // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
             if matches!(
                 front,
                 Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
             ) {
-                if let Some(failed) = p.pop() {
+                let missing = body.is_some_and(|b| PgError::parse(b).code == "26000");
+                if let Some(mut failed) = p.pop() {
+                    if let Reply::Dealloc { held, .. } = &mut failed {
+                        // The server says it has no such statement: nothing to put back.
+                        *held &= !missing;
+                    }
                     failed.undo(&mut p.names, server);
                 }
                 p.push_front(Reply::Sent(b'Q'));
             }
             return edit;
         }
-        // The server skips everything up to the next Sync.
+        // The server skips everything up to the next Sync; what those messages changed is
+        // undone last change first (an eviction of a statement prepared earlier in the
+        // same batch must not put it back).
+        let mut skipped = Vec::new();
         while p.replies.front().is_some_and(|r| !r.is_sync()) {
-            if let Some(skipped) = p.pop() {
-                skipped.undo(&mut p.names, server);
-            }
+            skipped.extend(p.pop());
+        }
+        p.skipping = true;
+        for r in skipped.into_iter().rev() {
+            r.undo(&mut p.names, server);
         }
         return edit;
     }
     if tag == b'Z' {
-        // Everything before a ReadyForQuery is answered (or was skipped).
+        // Everything before a ReadyForQuery is answered, or was skipped: sent after an
+        // error, once the relay had already dropped what was owed up to then.
+        let mut skipped = Vec::new();
+        let mut edit = ServerEdit::Keep;
+        p.skipping = false;
         while let Some(r) = p.pop() {
             if r.ends_with(b'Z') {
                 if matches!(r, Reply::SwallowReady) {
-                    return ServerEdit::Remove;
+                    edit = ServerEdit::Remove;
                 }
                 break;
             }
+            skipped.push(r);
         }
-        return ServerEdit::Keep;
+        for r in skipped.into_iter().rev() {
+            r.undo(&mut p.names, server);
+        }
+        return edit;
     }
     if !front.ends_with(tag) {
         return ServerEdit::Keep;
@@ -478,7 +563,7 @@ pub fn server_message(
             def.valid.store(true, Ordering::Relaxed);
             ServerEdit::Keep
         }
-        Some(Reply::Evicted(_)) => ServerEdit::Remove,
+        Some(Reply::Evicted(_)) | Some(Reply::Discarded) => ServerEdit::Remove,
         _ => ServerEdit::Keep,
     }
 }
@@ -557,5 +642,5 @@ pub fn take_synths(p: &mut ClientStatements, status: u8, out: &mut BytesMut) -> 
 
 /// True when Weir owes the client a reply at the front of the queue.
 pub fn synth_due(p: &ClientStatements) -> bool {
-    matches!(p.replies.front(), Some(Reply::Synth { .. }))
+    !p.skipping && matches!(p.replies.front(), Some(Reply::Synth { .. }))
 }
