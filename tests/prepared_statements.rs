@@ -684,3 +684,39 @@ fn random_script(seed: u64) -> Vec<Step> {
     steps.push(step(vec![query("rollback")]));
     steps
 }
+
+/// After DDL changes what a statement returns, a client that prepared it before gets
+/// PostgreSQL's "cached plan must not change result type" (as on a direct connection),
+/// and whoever prepares the text again gets a fresh statement, not the stale plan the
+/// shared server still holds (at most one refusal on the way; a direct connection would
+/// have none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_prepared_again_after_ddl_are_fresh() {
+    let pg = PgServer::start();
+    pg.exec("create table ddl_t (a int); insert into ddl_t values (1)");
+    let weir = one_server(&pg, 200);
+    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let old = a.prepare("select * from ddl_t").await.unwrap();
+    assert_eq!(a.query(&old, &[]).await.unwrap().len(), 1);
+    pg.exec("alter table ddl_t add column b int");
+    let b = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let mut refusals = 0;
+    let columns = loop {
+        let attempt = async {
+            let s = b.prepare("select * from ddl_t").await?;
+            let rows = b.query(&s, &[]).await?;
+            Ok::<_, tokio_postgres::Error>(rows[0].len())
+        };
+        match attempt.await {
+            Ok(n) => break n,
+            Err(e) => {
+                assert_eq!(expect_db_error(&e).code, "0A000", "{e:?}");
+                refusals += 1;
+                assert!(refusals < 2, "the stale statement came back: {e:?}");
+            }
+        }
+    };
+    assert_eq!(columns, 2);
+    let e = a.query(&old, &[]).await.unwrap_err();
+    assert_eq!(expect_db_error(&e).code, "0A000");
+}

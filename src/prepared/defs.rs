@@ -84,6 +84,18 @@ fn intern_in(sql: bool, body: &[u8]) -> Arc<Def> {
     def
 }
 
+/// Forgets the statement for new Parses of its text (they get a new one); those who hold
+/// it keep it.
+pub fn retire(def: &Def) {
+    let mut map = defs_of(def.sql);
+    if map
+        .get(&*def.body)
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), def))
+    {
+        map.remove(&*def.body);
+    }
+}
+
 /// The statement with this text and these types, if some client holds it.
 pub fn lookup(body: &[u8]) -> Option<Arc<Def>> {
     defs().get(body).and_then(Weak::upgrade)

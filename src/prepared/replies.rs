@@ -113,9 +113,9 @@ impl ClientStatements {
 pub enum Reply {
     /// A client message sent on (perhaps renamed); answered by one of its tag's replies.
     Sent(u8),
-    /// A Bind or Describe of a statement the client knows by several names, and the name
-    /// this one used.
-    SentAs(u8, Box<[u8]>),
+    /// A Bind or Describe of one of the client's statements: its id, and the name this one
+    /// used where the client knows the statement by several.
+    SentAs(u8, u64, Option<Box<[u8]>>),
     /// The client's Parse, sent under Weir's name (or unnamed, see `unmark`); if it fails
     /// or is skipped the client has no such statement, nor (when `unmark`) the server.
     Parsed {
@@ -190,7 +190,7 @@ impl Reply {
     /// True when a server message with this tag completes the reply.
     pub fn ends_with(&self, tag: u8) -> bool {
         match self {
-            Reply::SentAs(t, _) => Reply::Sent(*t).ends_with(tag),
+            Reply::SentAs(t, ..) => Reply::Sent(*t).ends_with(tag),
             Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Discarded => {
                 tag == b'1'
             }

@@ -214,11 +214,8 @@ pub fn client_message(
 /// Records a renamed Bind or Describe, with the client's name where its statement has
 /// several.
 fn sent_named(p: &mut ClientStatements, tag: u8, name: &[u8], def: &Def) {
-    if p.aliased.contains(&def.id) {
-        p.push(Reply::SentAs(tag, name.into()));
-    } else {
-        p.push(Reply::Sent(tag));
-    }
+    let alias = p.aliased.contains(&def.id).then(|| name.into());
+    p.push(Reply::SentAs(tag, def.id, alias));
 }
 
 /// Prepares, ahead of a request rewritten while queueing, the statements it names that
@@ -486,10 +483,13 @@ pub fn server_message(
                 edit = ServerEdit::Replace(error_response(error));
             }
         }
+        if let (Reply::SentAs(_, id, _), Some(body)) = (front, body) {
+            retire_if_stale(*id, body, &p.names);
+        }
         if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
             let names = &p.names;
             let used = match front {
-                Reply::SentAs(_, name) => Some(name),
+                Reply::SentAs(_, _, name) => name.as_ref(),
                 _ => None,
             };
             let client_name = |id: u64| {
@@ -607,6 +607,24 @@ pub fn answer_alone(request: &[u8], p: &mut ClientStatements, out: &mut BytesMut
     }
     crate::protocol::messages::ready_for_query(out, b'I');
     Some(at)
+}
+
+/// After DDL changed what a statement returns, PostgreSQL refuses its old plan ("cached
+/// plan must not change result type"), as it would on a direct connection for a client
+/// that prepared it before. A client that prepares the same text from now on must get a
+/// fresh statement, not the stale one some server holds under Weir's name: the
+/// statement is retired, and the next Parse of its text makes another (drivers re-prepare
+/// after this error; without this they would get the stale plan again, forever).
+fn retire_if_stale(id: u64, body: &[u8], names: &super::replies::Names) {
+    let e = PgError::parse(body);
+    if e.code == "0A000"
+        && e.message
+            .starts_with("cached plan must not change result type")
+    {
+        if let Some(def) = names.values().find(|d| d.id == id) {
+            super::defs::retire(def);
+        }
+    }
 }
 
 /// Appends the replies Weir owes the client now (the front of the queue), if any.
