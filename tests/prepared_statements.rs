@@ -525,7 +525,7 @@ fn sql_prepare_execute_deallocate() {
     });
 }
 
-/// SHOW SERVERS tells how many statements each server holds.
+/// SHOW SERVERS and SHOW CLIENTS tell how many statements each holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_servers_counts_prepared_statements() {
     let pg = PgServer::start();
@@ -535,20 +535,31 @@ async fn show_servers_counts_prepared_statements() {
         .set("admin_users", "postgres")
         .start();
     let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
-    c.prepare("select 1").await.unwrap();
+    let _one = c.prepare("select 1").await.unwrap();
     c.prepare("select 2").await.unwrap();
+    // After this, tokio-postgres's Close of the dropped statement has been answered.
+    c.simple_query("select 3").await.unwrap();
     let admin = connect(weir.port(), "pgbouncer", "postgres").await.unwrap();
-    let rows = admin.simple_query("show servers").await.unwrap();
-    let counts: Vec<String> = rows
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => {
-                r.get("prepared_statements").map(String::from)
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(counts, vec!["2".to_string()]);
+    let counts = |sql: &'static str| {
+        let admin = &admin;
+        async move {
+            let rows = admin.simple_query(sql).await.unwrap();
+            let mut v: Vec<String> = rows
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        r.get("prepared_statements").map(String::from)
+                    }
+                    _ => None,
+                })
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    // The server holds both; the client, one (tokio-postgres closed the other).
+    assert_eq!(counts("show servers").await, vec!["2".to_string()]);
+    assert!(counts("show clients").await.contains(&"1".to_string()));
 }
 
 /// A request that waits for a server is rewritten while it queues, as if the server it

@@ -482,7 +482,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
         int(0),
         text(""),
         text(&*c.application_name),
-        int(0),
+        int(c.prepared()),
         int(c.key.pid),
     ];
     if debug {

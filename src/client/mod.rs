@@ -480,6 +480,8 @@ impl Session {
         held.info.0.set_idle();
         if self.prepared_cap != 0 {
             held.info.0.set_prepared(held.statements.len());
+            let names = prepare::statements(&mut self.extras).map_or(0, |p| p.names.len());
+            self.client.0.set_prepared(names);
         }
         match event {
             Event::Idle => {

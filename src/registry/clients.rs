@@ -1,6 +1,6 @@
 //! Logged-in clients: their cancel key, where they are, what they are doing.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use std::task::{Context, Poll};
@@ -83,6 +83,8 @@ pub struct ClientInfo {
     waker: AtomicWaker,
     /// Why the admin console killed the client (KillReason), 0 until then.
     kill_reason: AtomicU8,
+    /// Its named prepared statements (pooled modes), as of the end of its last transaction.
+    prepared: AtomicU32,
 }
 
 /// Why the admin console disconnects a client: what the client is told.
@@ -265,6 +267,14 @@ impl ClientInfo {
             .store(ClientState::Active as u8, Ordering::Relaxed);
     }
 
+    pub fn prepared(&self) -> u32 {
+        self.prepared.load(Ordering::Relaxed)
+    }
+
+    pub fn set_prepared(&self, n: usize) {
+        self.prepared.store(n as u32, Ordering::Relaxed);
+    }
+
     pub fn set_idle(&self) {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.end_wait();
@@ -329,6 +339,7 @@ impl ClientHandle {
                 signals: AtomicU8::new(0),
                 waker: AtomicWaker::new(),
                 kill_reason: AtomicU8::new(0),
+                prepared: AtomicU32::new(0),
             },
         );
         ClientHandle(info)
