@@ -8,7 +8,8 @@ use bytes::BytesMut;
 
 use super::{Extras, Session};
 use crate::pool::Pool;
-use crate::prepared::rewrite::{self, Context, Edit, ServerEdit};
+use crate::prepared::answers::{self, ServerEdit};
+use crate::prepared::rewrite::{self, Context, Edit};
 use crate::prepared::{ClientStatements, ServerStatements};
 use crate::protocol::framer::Frame;
 use crate::protocol::HEADER_LEN;
@@ -61,7 +62,7 @@ impl Session {
         if statements(&mut self.extras).is_none() {
             // Clients that only ever send simple queries are not tracked at all.
             let needed = matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E')
-                || (tag == b'Q' && crate::prepared::messages::query_kind(body).is_some());
+                || (tag == b'Q' && crate::prepared::queries::query_kind(body).is_some());
             if !needed {
                 return true;
             }
@@ -106,13 +107,13 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return true;
         };
-        if rewrite::synth_due(p) {
+        if answers::synth_due(p) {
             self.sframe.truncate(frame.start);
             self.emit_synths();
             return false;
         }
         let body = frame.body.clone().map(|r| &self.outbuf[r]);
-        let e = rewrite::server_message(frame.tag, body, p, server);
+        let e = answers::server_message(frame.tag, body, p, server);
         match e {
             ServerEdit::Keep => {}
             ServerEdit::Remove => {
@@ -137,11 +138,11 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return;
         };
-        if !rewrite::synth_due(p) || !self.sframe.at_boundary() {
+        if !answers::synth_due(p) || !self.sframe.at_boundary() {
             return;
         }
         let mut out = BytesMut::new();
-        let readies = rewrite::take_synths(p, self.exchange.status, &mut out);
+        let readies = answers::take_synths(p, self.exchange.status, &mut out);
         let at = self.sframe.scanned();
         splice(&mut self.outbuf, at..at, &out);
         self.sframe.rewritten(at, out.len());

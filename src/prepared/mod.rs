@@ -9,8 +9,10 @@
 //! that server lacks it, and swallows or synthesizes the replies so that the client sees
 //! exactly what a direct connection would send (`replies`).
 
+pub mod answers;
 pub mod defs;
 pub mod messages;
+pub mod queries;
 pub mod replies;
 pub mod rewrite;
 pub mod server;

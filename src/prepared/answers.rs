@@ -1,0 +1,186 @@
+//! What the server answers, matched to the replies the client is owed: Weir's own are
+//! removed, errors name statements as the client does, what an error made the server
+//! skip is undone, and the replies Weir owes are made in their place.
+
+use std::sync::atomic::Ordering;
+
+use bytes::BytesMut;
+
+use super::messages::*;
+use super::replies::{ClientStatements, Reply};
+use super::server::ServerStatements;
+use crate::protocol::{messages::error_response, PgError};
+
+pub enum ServerEdit {
+    Keep,
+    /// A reply to Weir's own message: the client never sees it.
+    Remove,
+    Replace(BytesMut),
+}
+
+/// Matches one server message against the replies owed; `body` is there for errors.
+pub fn server_message(
+    tag: u8,
+    body: Option<&[u8]>,
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+) -> ServerEdit {
+    let Some(front) = p.replies.front() else {
+        return ServerEdit::Keep;
+    };
+    if let Reply::PreparedSql(def) = front {
+        match tag {
+            b'E' => server.remove(def.id),
+            b'Z' => {
+                def.valid.store(true, Ordering::Relaxed);
+                p.pop();
+            }
+            _ => {}
+        }
+        return ServerEdit::Remove;
+    }
+    if tag == b'E' {
+        let mut edit = ServerEdit::Keep;
+        if let Reply::Fail { error, .. } = front {
+            if body.is_some_and(|b| PgError::parse(b).code == FAILING_CODE) {
+                edit = ServerEdit::Replace(error_response(error));
+            }
+        }
+        if let (Reply::SentAs(_, id, _), Some(body)) = (front, body) {
+            retire_if_stale(*id, body, &p.names);
+        }
+        if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
+            let names = &p.names;
+            let used = match front {
+                Reply::SentAs(_, _, name) => name.as_ref(),
+                _ => None,
+            };
+            let client_name = |id: u64| {
+                let found = names.iter().find(|(_, d)| d.id == id);
+                used.or(found.map(|(n, _)| n)).map(|n| n.to_vec())
+            };
+            if let Some(renamed) = rename_in_error(body, client_name) {
+                edit = ServerEdit::Replace(renamed);
+            }
+        }
+        if !front.is_extended() {
+            // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
+            if matches!(
+                front,
+                Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
+            ) {
+                let missing = body.is_some_and(|b| PgError::parse(b).code == "26000");
+                if let Some(mut failed) = p.pop() {
+                    if let Reply::Dealloc { held, .. } = &mut failed {
+                        // The server says it has no such statement: nothing to put back.
+                        *held &= !missing;
+                    }
+                    failed.undo(&mut p.names, server);
+                }
+                p.push_front(Reply::Sent(b'Q'));
+            }
+            return edit;
+        }
+        // The server skips everything up to the next Sync; what those messages changed is
+        // undone last change first (an eviction of a statement prepared earlier in the
+        // same batch must not put it back).
+        let mut skipped = Vec::new();
+        while p.replies.front().is_some_and(|r| !r.is_sync()) {
+            skipped.extend(p.pop());
+        }
+        p.skipping = true;
+        for r in skipped.into_iter().rev() {
+            r.undo(&mut p.names, server);
+        }
+        return edit;
+    }
+    if tag == b'Z' {
+        // Everything before a ReadyForQuery is answered, or was skipped: sent after an
+        // error, once the relay had already dropped what was owed up to then.
+        let mut skipped = Vec::new();
+        let mut edit = ServerEdit::Keep;
+        p.skipping = false;
+        while let Some(r) = p.pop() {
+            if r.ends_with(b'Z') {
+                if matches!(r, Reply::SwallowReady) {
+                    edit = ServerEdit::Remove;
+                }
+                break;
+            }
+            skipped.push(r);
+        }
+        for r in skipped.into_iter().rev() {
+            r.undo(&mut p.names, server);
+        }
+        return edit;
+    }
+    if !front.ends_with(tag) {
+        return ServerEdit::Keep;
+    }
+    match p.pop() {
+        Some(Reply::Prepared(def)) => {
+            def.valid.store(true, Ordering::Relaxed);
+            ServerEdit::Remove
+        }
+        Some(Reply::Parsed { def, .. }) => {
+            def.valid.store(true, Ordering::Relaxed);
+            ServerEdit::Keep
+        }
+        Some(Reply::Evicted(_)) | Some(Reply::Discarded) => ServerEdit::Remove,
+        _ => ServerEdit::Keep,
+    }
+}
+
+/// After DDL changed what a statement returns, PostgreSQL refuses its old plan ("cached
+/// plan must not change result type"), as it would on a direct connection for a client
+/// that prepared it before. A client that prepares the same text from now on must get a
+/// fresh statement, not the stale one some server holds under Weir's name: the
+/// statement is retired, and the next Parse of its text makes another (drivers re-prepare
+/// after this error; without this they would get the stale plan again, forever).
+fn retire_if_stale(id: u64, body: &[u8], names: &super::replies::Names) {
+    let e = PgError::parse(body);
+    if e.code == "0A000"
+        && e.message
+            .starts_with("cached plan must not change result type")
+    {
+        if let Some(def) = names.values().find(|d| d.id == id) {
+            super::defs::retire(def);
+        }
+    }
+}
+
+/// Appends the replies Weir owes the client now (the front of the queue), if any.
+/// `status` is the transaction status for a ReadyForQuery Weir makes; returns how many it
+/// made.
+pub fn take_synths(p: &mut ClientStatements, status: u8, out: &mut BytesMut) -> usize {
+    let mut readies = 0;
+    while let Some(Reply::Synth { tag, .. }) = p.replies.front() {
+        let command = match *tag {
+            b'1' => {
+                out.extend_from_slice(PARSE_COMPLETE);
+                None
+            }
+            b'3' => {
+                out.extend_from_slice(CLOSE_COMPLETE);
+                None
+            }
+            b'P' => Some("PREPARE"),
+            _ => Some("DEALLOCATE"),
+        };
+        if let Some(command) = command {
+            crate::protocol::messages::put_message(out, b'C', |b| {
+                b.extend_from_slice(command.as_bytes());
+                b.extend_from_slice(b"\0");
+            });
+            crate::protocol::messages::ready_for_query(out, status);
+            readies += 1;
+        }
+        p.pop();
+    }
+    readies
+}
+
+/// True when Weir owes the client a reply at the front of the queue.
+pub fn synth_due(p: &ClientStatements) -> bool {
+    !p.skipping && matches!(p.replies.front(), Some(Reply::Synth { .. }))
+}
