@@ -20,7 +20,8 @@ pub enum QueryKind {
 /// ends with the query's NUL). Leading blanks and semicolons are skipped.
 pub fn query_kind(body: &[u8]) -> Option<QueryKind> {
     let mut rest = body;
-    let mut word = || -> Option<Vec<u8>> {
+    // Words are compared in place: this runs on every query of a pooled client.
+    let mut word = || -> Option<&[u8]> {
         let start = rest
             .iter()
             .position(|&c| !(c.is_ascii_whitespace() || c == b';'))?;
@@ -29,45 +30,49 @@ pub fn query_kind(body: &[u8]) -> Option<QueryKind> {
             .iter()
             .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || c == b'$'))
             .unwrap_or(rest.len());
-        let w = rest[..len].to_ascii_lowercase();
+        let w = &rest[..len];
         rest = &rest[len..];
         (!w.is_empty()).then_some(w)
     };
-    match word()?.as_slice() {
-        b"discard" => (word()?.as_slice() == b"all").then_some(QueryKind::DropAll),
-        w @ (b"prepare" | b"execute") if body.ends_with(b"\0") => {
-            let prepare = w == b"prepare";
-            let (name, after) = name_token(rest)?;
-            let after = &after[..after.len() - 1];
-            // One statement only: a semicolon that is not the last thing may end it (or sit
-            // in a literal; either way the query goes to the server as it is).
-            let trimmed = after.trim_ascii_end();
-            let trimmed = trimmed.strip_suffix(b";").unwrap_or(trimmed);
-            if trimmed.contains(&b';') || (prepare && trimmed.trim_ascii().is_empty()) {
-                return None;
-            }
-            let after = trimmed.to_vec();
-            Some(if prepare {
-                QueryKind::Prepare(name, after)
-            } else {
-                QueryKind::Execute(name, after)
-            })
+    let is = |w: &[u8], k: &[u8]| w.eq_ignore_ascii_case(k);
+    let first = word()?;
+    if is(first, b"discard") {
+        return word()
+            .is_some_and(|w| is(w, b"all"))
+            .then_some(QueryKind::DropAll);
+    }
+    let prepare = is(first, b"prepare");
+    if (prepare || is(first, b"execute")) && body.ends_with(b"\0") {
+        let (name, after) = name_token(rest)?;
+        let after = &after[..after.len() - 1];
+        // One statement only: a semicolon that is not the last thing may end it (or sit
+        // in a literal; either way the query goes to the server as it is).
+        let trimmed = after.trim_ascii_end();
+        let trimmed = trimmed.strip_suffix(b";").unwrap_or(trimmed);
+        if trimmed.contains(&b';') || (prepare && trimmed.trim_ascii().is_empty()) {
+            return None;
         }
-        b"deallocate" => {
-            let mut w = word();
-            if w.as_deref() == Some(b"prepare") {
-                w = word();
-            }
-            match w {
-                Some(w) if w == b"all" => Some(QueryKind::DropAll),
-                Some(name) if body.ends_with(b"\0") && only_ends(rest) => {
-                    Some(QueryKind::Deallocate(name))
-                }
-                // A quoted name keeps its case.
-                None if body.ends_with(b"\0") => quoted(rest).map(QueryKind::Deallocate),
-                _ => None,
-            }
+        let after = trimmed.to_vec();
+        return Some(if prepare {
+            QueryKind::Prepare(name, after)
+        } else {
+            QueryKind::Execute(name, after)
+        });
+    }
+    if !is(first, b"deallocate") {
+        return None;
+    }
+    let mut w = word();
+    if w.is_some_and(|w| is(w, b"prepare")) {
+        w = word();
+    }
+    match w {
+        Some(w) if is(w, b"all") => Some(QueryKind::DropAll),
+        Some(name) if body.ends_with(b"\0") && only_ends(rest) => {
+            Some(QueryKind::Deallocate(name.to_ascii_lowercase()))
         }
+        // A quoted name keeps its case.
+        None if body.ends_with(b"\0") => quoted(rest).map(QueryKind::Deallocate),
         _ => None,
     }
 }
