@@ -731,3 +731,76 @@ async fn statements_prepared_again_after_ddl_are_fresh() {
     let e = a.query(&old, &[]).await.unwrap_err();
     assert_eq!(expect_db_error(&e).code, "0A000");
 }
+
+/// tokio-postgres pipelines the queries of one connection that are awaited together:
+/// several Syncs in flight, prepared and unprepared statements, errors among them, while
+/// ten clients share two servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_clients_share_two_servers() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .set("max_prepared_statements", 3)
+        .start();
+    let mut tasks = Vec::new();
+    for i in 0..10i32 {
+        let port = weir.port();
+        tasks.push(tokio::spawn(async move {
+            let c = connect(port, "postgres", "postgres").await.unwrap();
+            let stmts = [
+                c.prepare(&format!("select $1::int + {i}")).await.unwrap(),
+                c.prepare("select $1::int * 2").await.unwrap(),
+                c.prepare(&format!("select 1 / ($1::int - {i})"))
+                    .await
+                    .unwrap(),
+                c.prepare("select $1::int - 1").await.unwrap(),
+            ];
+            for round in 0..10i32 {
+                let calls = (0..8i32).map(|k| {
+                    let s = &stmts[(k % 4) as usize];
+                    let c = &c;
+                    async move { c.query_one(s, &[&(round + k)]).await }
+                });
+                let results = futures_join_all(calls).await;
+                for (k, r) in (0..8i32).zip(results) {
+                    let x = round + k;
+                    match k % 4 {
+                        0 => assert_eq!(r.unwrap().get::<_, i32>(0), x + i),
+                        1 => assert_eq!(r.unwrap().get::<_, i32>(0), x * 2),
+                        2 if x == i => assert_eq!(expect_db_error(&r.unwrap_err()).code, "22012"),
+                        2 => assert_eq!(r.unwrap().get::<_, i32>(0), 1 / (x - i)),
+                        _ => assert_eq!(r.unwrap().get::<_, i32>(0), x - 1),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Awaits all the futures together (so that tokio-postgres pipelines them), in order.
+async fn futures_join_all<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = fs.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in pinned.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}

@@ -222,7 +222,7 @@ pub fn settle_ahead(
     out: &mut BytesMut,
 ) {
     let needs = std::mem::take(&mut p.ahead);
-    // The request's own statements are the most recently used: no eviction takes them.
+    let keep: Vec<u64> = needs.iter().map(|d| d.id).collect();
     let (held, missing): (Vec<_>, Vec<_>) = needs.into_iter().partition(|d| server.touch(d.id));
     p.counts.hits += held.len() as u64;
     let mut front = Vec::new();
@@ -230,7 +230,10 @@ pub fn settle_ahead(
         if server.touch(def.id) {
             continue;
         }
-        while let Some(victim) = server.evict(cap) {
+        // The whole request is prepared for before it runs: none of its own statements
+        // may be evicted for another (the cache may then hold more than the bound until
+        // the request's statements give way to others).
+        while let Some(victim) = server.evict_except(cap, &keep) {
             p.counts.evictions += 1;
             put_target(out, b'C', victim.id);
             front.push(Reply::Evicted(victim));

@@ -41,10 +41,16 @@ impl ServerStatements {
 
     /// The statement to close before one more may be prepared within `cap`, if any.
     pub fn evict(&mut self, cap: usize) -> Option<Arc<Def>> {
+        self.evict_except(cap, &[])
+    }
+
+    /// As `evict`, never taking one of `keep`; None when only those are left.
+    pub fn evict_except(&mut self, cap: usize, keep: &[u64]) -> Option<Arc<Def>> {
         if self.used.len() < cap.max(1) {
             return None;
         }
-        let (&id, _) = self.used.iter().min_by_key(|(_, (t, _))| *t)?;
+        let candidates = self.used.iter().filter(|(id, _)| !keep.contains(id));
+        let (&id, _) = candidates.min_by_key(|(_, (t, _))| *t)?;
         self.used.remove(&id).map(|(_, def)| def)
     }
 
