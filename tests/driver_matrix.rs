@@ -118,7 +118,11 @@ fn pgbench_matrix(protocol: &str) {
     let pg = PgServer::start();
     let weir = transaction_pool(&pg);
     pgbench_via(&weir, "postgres", "postgres", &["-i", "-s", "1", "-q"]).assert_ok();
-    let args = ["-n", "-c", "10", "-j", "2", "-t", "50", "-M", protocol];
+    // One thread per client: pgbench prepares with a synchronous call, which
+    // blocks its thread's other clients; with fewer servers than clients a
+    // queued prepare would then wait for servers its own siblings hold
+    // idle in transaction (seen with -j 2: a hang until query_wait_timeout).
+    let args = ["-n", "-c", "10", "-j", "10", "-t", "50", "-M", protocol];
     pgbench_via(&weir, "postgres", "postgres", &args).assert_clean();
 }
 
