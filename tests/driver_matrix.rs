@@ -160,3 +160,21 @@ fn psycopg() {
     let weir = transaction_pool(&pg);
     run_driver(&weir, python("python/psycopg_check.py"));
 }
+
+#[test]
+fn asyncpg_in_session_mode() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("default_pool_size", 20)
+        .start();
+    run_driver(&weir, python("python/asyncpg_check.py"));
+}
+
+#[test]
+#[ignore = "needs issue 11 prepared statements"]
+fn asyncpg() {
+    let pg = PgServer::start();
+    let weir = transaction_pool(&pg);
+    run_driver(&weir, python("python/asyncpg_check.py"));
+}
