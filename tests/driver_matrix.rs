@@ -142,39 +142,39 @@ fn pgbench_prepared() {
     pgbench_matrix("prepared");
 }
 
+/// Runs a Python driver's program through Weir in `mode`. Session mode
+/// (one server per client) validates the program itself.
+fn python_case(mode: &str, script: &str) {
+    let pg = PgServer::start();
+    let weir = if mode == "session" {
+        Weir::for_pg(&pg)
+            .set("pool_mode", "session")
+            .set("default_pool_size", 20)
+            .start()
+    } else {
+        transaction_pool(&pg)
+    };
+    run_driver(&weir, python(script));
+}
+
 #[test]
 fn psycopg_in_session_mode() {
-    // Validates the program itself: session mode keeps one server per client.
-    let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg)
-        .set("pool_mode", "session")
-        .set("default_pool_size", 20)
-        .start();
-    run_driver(&weir, python("python/psycopg_check.py"));
+    python_case("session", "python/psycopg_check.py");
 }
 
 #[test]
 #[ignore = "needs issue 11 prepared statements"]
 fn psycopg() {
-    let pg = PgServer::start();
-    let weir = transaction_pool(&pg);
-    run_driver(&weir, python("python/psycopg_check.py"));
+    python_case("transaction", "python/psycopg_check.py");
 }
 
 #[test]
 fn asyncpg_in_session_mode() {
-    let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg)
-        .set("pool_mode", "session")
-        .set("default_pool_size", 20)
-        .start();
-    run_driver(&weir, python("python/asyncpg_check.py"));
+    python_case("session", "python/asyncpg_check.py");
 }
 
 #[test]
 #[ignore = "needs issue 11 prepared statements"]
 fn asyncpg() {
-    let pg = PgServer::start();
-    let weir = transaction_pool(&pg);
-    run_driver(&weir, python("python/asyncpg_check.py"));
+    python_case("transaction", "python/asyncpg_check.py");
 }
