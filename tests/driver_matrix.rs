@@ -178,3 +178,14 @@ fn asyncpg_in_session_mode() {
 fn asyncpg() {
     python_case("transaction", "python/asyncpg_check.py");
 }
+
+#[test]
+fn sqlalchemy_in_session_mode() {
+    python_case("session", "python/sqlalchemy_check.py");
+}
+
+#[test]
+#[ignore = "needs issue 11 prepared statements"]
+fn sqlalchemy() {
+    python_case("transaction", "python/sqlalchemy_check.py");
+}
