@@ -142,18 +142,24 @@ fn pgbench_prepared() {
     pgbench_matrix("prepared");
 }
 
-/// Runs a Python driver's program through Weir in `mode`. Session mode
-/// (one server per client) validates the program itself.
-fn python_case(mode: &str, script: &str) {
-    let pg = PgServer::start();
-    let weir = if mode == "session" {
-        Weir::for_pg(&pg)
+/// Session mode (one server per client) validates a driver's program itself;
+/// transaction mode is what the matrix is about.
+fn pool_for(mode: &str, pg: &PgServer) -> Weir {
+    if mode == "session" {
+        Weir::for_pg(pg)
             .set("pool_mode", "session")
             .set("default_pool_size", 20)
             .start()
     } else {
-        transaction_pool(&pg)
-    };
+        transaction_pool(pg)
+    }
+}
+
+/// Runs a Python driver's program through Weir in `mode`. Session mode
+/// (one server per client) validates the program itself.
+fn python_case(mode: &str, script: &str) {
+    let pg = PgServer::start();
+    let weir = pool_for(mode, &pg);
     run_driver(&weir, python(script));
 }
 
@@ -188,4 +194,25 @@ fn sqlalchemy_in_session_mode() {
 #[ignore = "needs issue 11 prepared statements"]
 fn sqlalchemy() {
     python_case("transaction", "python/sqlalchemy_check.py");
+}
+
+/// Runs a Node.js driver's program (its modules installed under the cache).
+fn node_case(mode: &str, script: &str) {
+    let pg = PgServer::start();
+    let weir = pool_for(mode, &pg);
+    let mut cmd = clean_command("node");
+    cmd.env("NODE_PATH", drivers_dir().join("node/node_modules"))
+        .arg(program(script));
+    run_driver(&weir, cmd);
+}
+
+#[test]
+fn node_postgres_in_session_mode() {
+    node_case("session", "node/pg_check.js");
+}
+
+#[test]
+#[ignore = "needs issue 11 prepared statements"]
+fn node_postgres() {
+    node_case("transaction", "node/pg_check.js");
 }
