@@ -216,3 +216,15 @@ fn node_postgres_in_session_mode() {
 fn node_postgres() {
     node_case("transaction", "node/pg_check.js");
 }
+
+#[test]
+fn postgres_js_in_session_mode() {
+    node_case("session", "node/postgresjs_check.js");
+}
+
+/// Passes today: postgres.js re-prepares when a server answers that its
+/// named statement does not exist.
+#[test]
+fn postgres_js() {
+    node_case("transaction", "node/postgresjs_check.js");
+}
