@@ -7,7 +7,6 @@ mod bufpool;
 mod cancel;
 mod cli;
 mod client;
-mod client_limits;
 mod conn_log;
 mod fd_limit;
 mod listener;

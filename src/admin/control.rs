@@ -1,32 +1,26 @@
 //! The console's control commands (PAUSE, RESUME, SUSPEND, KILL, KILL_CLIENT, RECONNECT,
 //! DISABLE, ENABLE, WAIT_CLOSE, RELOAD, SET, SHUTDOWN) and the state they leave behind,
-//! which the data path consults through three small hooks:
+//! which the data path consults through small hooks:
 //!
-//! * [`wait_resumed`] at the start of a pool checkout: a paused database lends no server;
+//! * the pause/suspend/disable state lives in `pool::gates` (a checkout waits on it there);
 //! * [`login_refusal`] at login: a disabled database (or a pooler shutting down with
 //!   WAIT_FOR_CLIENTS) takes no new client;
 //! * each client's kill token (`ClientInfo::kill`), which its session task selects on.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::app::{App, Snapshot};
+pub use crate::pool::gates::{close_needed, is_disabled, is_paused, mode, Mode};
+use crate::pool::gates::{state, sync_gates, wake_resumed};
 use crate::pool::Pool;
 use crate::protocol::PgError;
 use crate::registry::clients::{KillReason, CLIENTS};
 use crate::registry::servers::SERVERS;
-
-/// The pooler-wide pause state, as SHOW STATE reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Running,
-    Paused,
-    Suspended,
-}
 
 /// How SHUTDOWN asked the process to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,81 +33,12 @@ pub enum ShutdownMode {
     WaitForClients,
 }
 
-struct State {
-    mode: Mode,
-    paused: HashSet<String>,
-    disabled: HashSet<String>,
-    /// Servers RECONNECT marked to close once released (SHOW SERVERS close_needed).
-    close_needed: HashSet<u64>,
-}
-
-struct Control {
-    state: Mutex<State>,
-    /// Woken whenever a database may have been resumed.
-    resumed: Notify,
-    shutdown: watch::Sender<Option<ShutdownMode>>,
-}
-
-static CONTROL: LazyLock<Control> = LazyLock::new(|| Control {
-    state: Mutex::new(State {
-        mode: Mode::Running,
-        paused: HashSet::new(),
-        disabled: HashSet::new(),
-        close_needed: HashSet::new(),
-    }),
-    resumed: Notify::new(),
-    shutdown: watch::Sender::new(None),
-});
-
-fn state() -> MutexGuard<'static, State> {
-    CONTROL.state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// True while anything is paused or suspended: lets checkouts skip the lock otherwise.
-static GATES_CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// Recomputes [`GATES_CLOSED`] after a change of mode or of the paused set.
-fn sync_gates() {
-    let st = state();
-    let closed = st.mode != Mode::Running || !st.paused.is_empty();
-    GATES_CLOSED.store(closed, Ordering::Release);
-}
-
-fn is_open(database: &str) -> bool {
-    let st = state();
-    st.mode == Mode::Running && !st.paused.contains(database)
-}
-
-// ---- hooks for the data path ----
-
-/// True while anything is paused or suspended (one atomic load).
-pub fn gates_closed() -> bool {
-    GATES_CLOSED.load(Ordering::Acquire)
-}
-
-/// Returns once `database` is neither paused nor the pooler paused or suspended.
-/// Costs one atomic load when nothing is paused.
-pub async fn wait_resumed(database: &str) {
-    if !GATES_CLOSED.load(Ordering::Acquire) {
-        return;
-    }
-    loop {
-        let notified = CONTROL.resumed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if is_open(database) {
-            return;
-        }
-        notified.await;
-    }
-}
+static SHUTDOWN: LazyLock<watch::Sender<Option<ShutdownMode>>> =
+    LazyLock::new(|| watch::Sender::new(None));
 
 /// Why a new client of `database` must be turned away, if it must.
 pub fn login_refusal(database: &str) -> Option<PgError> {
-    if matches!(
-        *CONTROL.shutdown.borrow(),
-        Some(ShutdownMode::WaitForClients)
-    ) {
+    if matches!(*SHUTDOWN.borrow(), Some(ShutdownMode::WaitForClients)) {
         return Some(PgError::fatal("57P01", "pooler is shutting down"));
     }
     if state().disabled.contains(database) {
@@ -127,7 +52,7 @@ pub fn login_refusal(database: &str) -> Option<PgError> {
 
 /// Resolves when the console asked the process to shut down, with how.
 pub async fn shutdown_requested() -> ShutdownMode {
-    let mut rx = CONTROL.shutdown.subscribe();
+    let mut rx = SHUTDOWN.subscribe();
     loop {
         if let Some(mode) = *rx.borrow_and_update() {
             return mode;
@@ -140,25 +65,7 @@ pub async fn shutdown_requested() -> ShutdownMode {
 
 /// True once SHUTDOWN was issued (any mode).
 pub fn shutdown_mode() -> Option<ShutdownMode> {
-    *CONTROL.shutdown.borrow()
-}
-
-// ---- what SHOW reports ----
-
-pub fn mode() -> Mode {
-    state().mode
-}
-
-pub fn is_paused(database: &str) -> bool {
-    state().paused.contains(database)
-}
-
-pub fn is_disabled(database: &str) -> bool {
-    state().disabled.contains(database)
-}
-
-pub fn close_needed(server_id: u64) -> bool {
-    state().close_needed.contains(&server_id)
+    *SHUTDOWN.borrow()
 }
 
 // ---- the commands ----
@@ -241,10 +148,6 @@ async fn wait_until(mut done: impl FnMut() -> bool) {
     while !done() {
         crate::timers::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn wake_resumed() {
-    CONTROL.resumed.notify_waiters();
 }
 
 pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
@@ -543,6 +446,6 @@ pub fn shutdown(app: &App, arg: &str) -> Result<ShutdownMode, String> {
             tracing::info!("SHUTDOWN WAIT_FOR_CLIENTS command issued")
         }
     }
-    CONTROL.shutdown.send_replace(Some(mode));
+    SHUTDOWN.send_replace(Some(mode));
     Ok(mode)
 }

@@ -85,7 +85,7 @@ impl SessionHandle {
 
 impl Drop for SessionHandle {
     fn drop(&mut self) {
-        crate::client_limits::leave(super::show::ADMIN_DB, &self.0.user);
+        crate::registry::client_limits::leave(super::show::ADMIN_DB, &self.0.user);
         SESSIONS.remove(self.0.id);
     }
 }

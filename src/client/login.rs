@@ -10,7 +10,6 @@ use weir_auth::Secret;
 use weir_config::AuthType;
 
 use crate::app::{App, Snapshot};
-use crate::client_limits::{self, Admission, Limits};
 use crate::params::{tracked_name, ParamSet};
 use crate::pool::Pool;
 use crate::protocol::messages::{
@@ -19,6 +18,7 @@ use crate::protocol::messages::{
 use crate::protocol::reader::{read_message, read_startup_packet, ReadError};
 use crate::protocol::startup::{self, StartupPacket};
 use crate::protocol::{PgError, MAX_STARTUP_PACKET};
+use crate::registry::client_limits::{self, Admission, Limits};
 use crate::server::BackendKey;
 use crate::stream::Stream;
 

@@ -4,7 +4,6 @@ pub mod login;
 pub mod park;
 mod prepare;
 mod relay;
-pub mod welcome;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,11 +23,11 @@ use crate::protocol::PgError;
 use crate::registry::clients::{
     CancelTarget, ClientHandle, CANCEL, PARK, WAIT_NOTIFY, WAIT_TIMEOUT,
 };
+use crate::server::welcome::Welcome;
 use crate::stats::Traffic;
 use crate::stream::{Endpoint, Stream};
 use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
-use welcome::Welcome;
 
 /// Set once by a safe shutdown (SIGINT, SHUTDOWN WAIT_FOR_SERVERS). Sessions read it at
 /// their own pace; each is woken through its own `stop` notify, so no client polls a

@@ -79,7 +79,7 @@ impl Pool {
                         let mut st = self.lock();
                         st.last_login_failure = None;
                         if st.welcome.is_none() {
-                            st.welcome = Some(Arc::new(crate::client::welcome::Welcome::new(
+                            st.welcome = Some(Arc::new(crate::server::welcome::Welcome::new(
                                 conn.params.clone(),
                             )));
                         }

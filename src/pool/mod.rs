@@ -6,11 +6,11 @@
 //! slot back, so no path (error, panic, client gone) can leak a slot.
 
 mod ahead;
+pub mod gates;
 mod janitor;
 mod lease;
 mod limit;
 
-use crate::client::welcome::Welcome;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +20,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::oneshot;
 
 use crate::protocol::PgError;
+use crate::server::welcome::Welcome;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 
 /// Boxed so that a lease, a grant and an idle slot move a pointer, and the futures that
@@ -180,7 +181,7 @@ impl Pool {
         mut ahead: Option<Ahead>,
     ) -> Result<Lease, PgError> {
         // PAUSE / SUSPEND from the admin console: wait for RESUME before taking anything.
-        crate::admin::wait_resumed(&self.database).await;
+        gates::wait_resumed(&self.database).await;
         let started = Instant::now();
         let mut reserve = false;
         loop {
@@ -254,7 +255,7 @@ impl Pool {
     /// The common case, without awaiting: an idle server that needs no check, while
     /// nothing is paused. Anything else (waiting, connecting, checking) is for `checkout`.
     pub fn try_checkout_idle(self: &Arc<Self>) -> Option<Lease> {
-        if crate::admin::gates_closed() {
+        if gates::gates_closed() {
             return None;
         }
         let settings = self.settings();

@@ -348,7 +348,7 @@ impl ClientHandle {
 
 impl Drop for ClientHandle {
     fn drop(&mut self) {
-        crate::client_limits::leave(&self.0.database, &self.0.user);
+        super::client_limits::leave(&self.0.database, &self.0.user);
         CLIENTS.remove(self.0.key.pid);
     }
 }

@@ -2,6 +2,7 @@
 //! the little each one publishes about itself (state, times, link), for cancel requests and
 //! the admin console. Entries live exactly as long as their connection.
 
+pub mod client_limits;
 pub mod clients;
 pub mod servers;
 

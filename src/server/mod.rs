@@ -1,6 +1,7 @@
 //! A connection to PostgreSQL: how it is opened and logged in, and what Weir knows of it.
 
 mod login;
+pub mod welcome;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,7 +53,7 @@ pub struct ServerConn {
     /// What the server has reported with ParameterStatus, kept current while it is lent.
     pub params: ParamSet,
     /// The client parameter set `params` was last found to agree with; cleared whenever
-    /// the server reports a parameter. Clients share their sets (client::welcome), so a
+    /// the server reports a parameter. Clients share their sets (server::welcome), so a
     /// lend to a client with the same set skips comparing them.
     pub synced_to: Option<Arc<ParamSet>>,
     pub key: BackendKey,

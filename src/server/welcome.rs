@@ -1,4 +1,5 @@
-//! What a client is shown once logged in: the server's session parameters, as
+//! What a client is shown once logged in: the server's session parameters (cached by
+//! the pool, which owns the servers that reported them), as
 //! ParameterStatus messages encoded once per pool rather than once per login.
 
 use std::sync::{Arc, Mutex};
