@@ -106,17 +106,13 @@ impl App {
     pub fn pool(&self, snap: &Snapshot, db_name: &str, client_user: &str) -> Option<Arc<Pool>> {
         let (db, _) = snap.resolve_database(db_name)?;
         let server_user = db.user.as_deref().unwrap_or(client_user);
-        self.pool_as(snap, db_name, server_user, client_user)
+        self.pool_as(snap, db_name, server_user)
     }
 
-    /// The pool for a database entry and an explicit server user.
-    pub fn pool_as(
-        &self,
-        snap: &Snapshot,
-        db_name: &str,
-        server_user: &str,
-        client_user: &str,
-    ) -> Option<Arc<Pool>> {
+    /// The pool for a database entry and an explicit server user. A database with a forced
+    /// `user=` has one pool per entry, keyed by and sized for that user, as PgBouncer's: the
+    /// `[users]` settings of whoever logs in through it do not apply to it.
+    pub fn pool_as(&self, snap: &Snapshot, db_name: &str, server_user: &str) -> Option<Arc<Pool>> {
         let (db, server_db) = snap.resolve_database(db_name)?;
         let mut pools = self.pools();
         if let Some(p) = pools.get(db_name).and_then(|users| users.get(server_user)) {
@@ -125,15 +121,7 @@ impl App {
         let server_user = server_user.to_owned();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let limits = self.limits(snap, db_name, db, &server_user);
-        let settings = pool_settings(
-            snap,
-            db,
-            server_db,
-            &server_user,
-            client_user,
-            generation,
-            limits,
-        );
+        let settings = pool_settings(snap, db, server_db, &server_user, generation, limits);
         let pool = Pool::new(db_name.to_owned(), server_user.clone(), settings);
         pools
             .entry(db_name.to_owned())
@@ -192,7 +180,6 @@ impl App {
                 db,
                 server_db,
                 &pool.user,
-                &pool.user,
                 old.target.generation,
                 limits,
             );
@@ -247,12 +234,11 @@ fn pool_settings(
     db: &Database,
     server_db: &str,
     server_user: &str,
-    client_user: &str,
     generation: u64,
     limits: Limits,
 ) -> PoolSettings {
     let g = &snap.config.general;
-    let user = snap.config.users.get(client_user);
+    let user = snap.config.users.get(server_user);
     let secret = match (&db.user, &db.password) {
         (Some(_), Some(p)) => Some(Secret::parse(p)),
         _ => snap.secret(server_user).cloned(),

@@ -45,7 +45,7 @@ pub async fn lookup(
     user: &str,
 ) -> Result<Option<Secret>, PgError> {
     let pool = app
-        .pool_as(snap, &src.database, &src.auth_user, &src.auth_user)
+        .pool_as(snap, &src.database, &src.auth_user)
         .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
     let mut lease = pool.checkout(None, true, None).await?;
     let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);

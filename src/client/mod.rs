@@ -311,7 +311,8 @@ async fn start(
     let no_entry = weir_config::Database::default();
     let mode = snap.pool_mode(
         snap.resolve_database(&database).map_or(&no_entry, |d| d.0),
-        &user,
+        // The pool's user: a forced user's settings, not the logging-in user's.
+        &pool.user,
     );
     let general = &snap.config.general;
     let session = Session {
