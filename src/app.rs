@@ -130,6 +130,21 @@ impl App {
         Some(pool)
     }
 
+    /// Creates the pool of every database entry with a forced user and a min_pool_size, so
+    /// that its janitor opens those servers before any client arrives, as PgBouncer does
+    /// for forced-user databases (other pools are created by their first client).
+    pub fn open_forced_pools(&self) {
+        let snap = self.snapshot.load_full();
+        let g = &snap.config.general;
+        for (name, db) in &snap.config.databases {
+            if let Some(user) = &db.user {
+                if db.min_pool_size.unwrap_or(g.min_pool_size) > 0 {
+                    self.pool_as(&snap, name, user);
+                }
+            }
+        }
+    }
+
     /// The shared limits for a database entry and a server user, created on first use and
     /// updated to the snapshot's values.
     fn limits(&self, snap: &Snapshot, db_name: &str, db: &Database, user: &str) -> Limits {
@@ -190,6 +205,7 @@ impl App {
         }
         crate::conn_log::configure(&snap.config.general);
         self.snapshot.store(Arc::new(snap));
+        self.open_forced_pools();
     }
 }
 

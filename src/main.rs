@@ -192,6 +192,7 @@ async fn serve(
     workers::set_main_runtime(tokio::runtime::Handle::current());
     timers::set_home(tokio::runtime::Handle::current());
     let app = App::new(config_path, snap);
+    app.open_forced_pools();
     admin::start(&app);
     tokio::spawn(async {
         // Granularity of query_wait_notify and query_wait_timeout.

@@ -73,3 +73,76 @@ fn forced_user_pool_is_sized_for_the_database_entry() {
     assert_eq!(pools.find("database", "fdb").len(), 1, "{pools:#?}");
     assert!(pg.count_backends("srv") <= 2);
 }
+
+/// min_pool_size of a forced-user database is opened at start, before any client.
+#[test]
+fn forced_user_min_pool_size_is_filled_without_clients() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    let _weir = Weir::builder()
+        .database("fdb", &format!("{} user=srv min_pool_size=3", pg.connstr()))
+        .start();
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("srv") == 3),
+        "min_pool_size=3 not filled before any client: {} open",
+        pg.count_backends("srv")
+    );
+}
+
+/// A forced-user database added by a reload gets its min_pool_size too.
+#[test]
+fn forced_user_min_pool_size_is_filled_for_a_database_added_by_reload() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    let mut weir = Weir::for_pg(&pg).start();
+    assert_eq!(pg.count_backends("srv"), 0);
+    let builder = weir
+        .builder_used()
+        .clone()
+        .database("fdb", &format!("{} user=srv min_pool_size=3", pg.connstr()));
+    weir.reload_with(builder);
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("srv") == 3),
+        "min_pool_size=3 not filled after RELOAD: {} open",
+        pg.count_backends("srv")
+    );
+}
+
+/// max_db_connections and max_user_connections cap what min_pool_size opens, as
+/// PgBouncer's launch_new_connection does.
+#[test]
+fn forced_user_min_pool_size_is_capped_by_connection_limits() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    pg.create_user("srv2", "srvpw", "md5");
+    let weir = Weir::builder()
+        .database(
+            "bydb",
+            &format!(
+                "{} user=srv min_pool_size=3 max_db_connections=2",
+                pg.connstr()
+            ),
+        )
+        .database(
+            "byuser",
+            &format!("{} user=srv2 min_pool_size=3", pg.connstr()),
+        )
+        .user_setting("srv2", "max_user_connections=1")
+        .start();
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("srv") == 2
+            && pg.count_backends("srv2") == 1),
+        "min_pool_size not filled up to the limits: srv {}, srv2 {}",
+        pg.count_backends("srv"),
+        pg.count_backends("srv2")
+    );
+    // Several janitor rounds later, still within the limits.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(pg.count_backends("srv"), 2);
+    assert_eq!(pg.count_backends("srv2"), 1);
+    // And the pools serve.
+    let mut c = RawConn::startup(weir.port(), "app", "bydb", &[]).expect("login");
+    assert_eq!(c.query_one("select current_user"), "srv");
+    let mut c = RawConn::startup(weir.port(), "app", "byuser", &[]).expect("login");
+    assert_eq!(c.query_one("select current_user"), "srv2");
+}

@@ -57,8 +57,13 @@ impl Pool {
         }
     }
 
-    /// Opens servers until min_pool_size (capped by pool_size) are open, one at a time.
+    /// Opens servers until min_pool_size (capped by pool_size, and by max_db_connections
+    /// and max_user_connections through the slot) are open, one at a time; not while
+    /// paused or suspended, as PgBouncer.
     async fn fill_to_minimum(self: &Arc<Self>) {
+        if super::gates::gates_closed() {
+            return;
+        }
         let settings = self.settings();
         let want = settings.min_pool_size.min(settings.pool_size);
         loop {
