@@ -37,7 +37,8 @@ pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     })
 }
 
-/// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it.
+/// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it, or
+/// answered the query with an error; Err when the lookup could not be run at all.
 pub async fn lookup(
     app: &App,
     snap: &Snapshot,
@@ -94,11 +95,11 @@ pub async fn lookup(
         lease.release();
     }
     if let Some(e) = error {
-        tracing::warn!("auth_query failed: {e}");
-        return Err(PgError::fatal(
-            "08P01",
-            format!("auth_query failed: {}", e.message),
-        ));
+        // Logged for the operator; the client is told no more than a wrong password
+        // would tell it (the login goes on as for an unknown user, and fails with 28P01),
+        // so a broken lookup reveals nothing about which users exist.
+        tracing::warn!(user = %user, "auth_query failed: {e}");
+        return Ok(None);
     }
     Ok(secret.map(|s| Secret::parse(&s)))
 }

@@ -1,0 +1,142 @@
+//! auth_user (and auth_dbname) set on a `[databases]` entry rather than in `[pgbouncer]`:
+//! a user missing from the auth_file is looked up in PostgreSQL with PgBouncer's default
+//! auth_query, and a failed lookup or a wrong password is the same 28P01 error.
+
+mod common;
+
+use common::*;
+
+/// A PostgreSQL with role bob (md5 password) and a database `authdb` for lookups.
+fn pg_with_bob() -> PgServer {
+    let pg = PgServer::start();
+    pg.create_user("bob", "bobpw", "md5");
+    pg.exec("create database authdb");
+    pg
+}
+
+/// Weir with md5 client authentication, an auth_file knowing only postgres, and the
+/// given `[databases]` entries.
+fn weir_md5(pg: &PgServer, entries: &[(&str, &str)]) -> Weir {
+    let mut b = Weir::builder()
+        .set("auth_type", "md5")
+        .userlist(&[("postgres", "")]);
+    for (name, opts) in entries {
+        b = b.database(name, &format!("{} {opts}", pg.connstr()));
+    }
+    b.start()
+}
+
+fn assert_password_failed(r: Result<tokio_postgres::Client, tokio_postgres::Error>, user: &str) {
+    let Err(err) = r else {
+        panic!("{user} logged in");
+    };
+    let e = expect_db_error(&err);
+    assert_eq!(e.severity, "FATAL");
+    assert_eq!(e.code, "28P01", "{e:?}");
+    assert_eq!(
+        e.message,
+        format!("password authentication failed for user \"{user}\"")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_user_looks_up_users_missing_from_auth_file() {
+    let pg = pg_with_bob();
+    let weir = weir_md5(&pg, &[("db", "dbname=postgres auth_user=postgres")]);
+    let c = connect_pw(weir.port(), "db", "bob", "bobpw")
+        .await
+        .expect("bob, found by auth_query, logs in");
+    assert_eq!(q1(&c, "select current_user").await, "bob");
+    assert_password_failed(connect_pw(weir.port(), "db", "bob", "wrong").await, "bob");
+    assert_password_failed(
+        connect_pw(weir.port(), "db", "ghost", "whatever").await,
+        "ghost",
+    );
+}
+
+/// auth_dbname on the entry names the `[databases]` entry the lookup runs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_dbname_runs_the_lookup_elsewhere() {
+    let pg = pg_with_bob();
+    let weir = weir_md5(
+        &pg,
+        &[
+            ("authdb", "dbname=authdb"),
+            (
+                "db",
+                "dbname=postgres auth_user=postgres auth_dbname=authdb",
+            ),
+        ],
+    );
+    let c = connect_pw(weir.port(), "db", "bob", "bobpw")
+        .await
+        .expect("bob, found by auth_query in authdb, logs in");
+    assert_eq!(q1(&c, "select current_database()").await, "postgres");
+    assert_eq!(
+        pg.count_backends_where("usename = 'postgres' and datname = 'authdb'"),
+        1,
+        "the lookup ran through a connection to authdb"
+    );
+    assert_password_failed(connect_pw(weir.port(), "db", "bob", "nope").await, "bob");
+    assert_password_failed(connect_pw(weir.port(), "db", "ghost", "x").await, "ghost");
+}
+
+/// With a forced user, the lookup still authenticates the client, and the pool logs in as
+/// the forced user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_user_with_a_forced_user() {
+    let pg = pg_with_bob();
+    pg.create_user("srv", "srvpw", "md5");
+    let weir = weir_md5(&pg, &[("db", "user=srv auth_user=postgres")]);
+    let c = connect_pw(weir.port(), "db", "bob", "bobpw")
+        .await
+        .expect("bob logs in");
+    assert_eq!(q1(&c, "select current_user").await, "srv");
+    assert_password_failed(connect_pw(weir.port(), "db", "bob", "bad").await, "bob");
+}
+
+/// auth_type = trust: a user the lookup finds is let in, as PgBouncer does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_user_under_trust() {
+    let pg = pg_with_bob();
+    let weir = Weir::builder()
+        .userlist(&[("postgres", "")])
+        .database("db", &format!("{} auth_user=postgres", pg.connstr()))
+        .start();
+    let c = connect(weir.port(), "db", "bob")
+        .await
+        .expect("bob logs in");
+    assert_eq!(q1(&c, "select current_user").await, "bob");
+}
+
+/// auth_type = scram-sha-256 against a SCRAM verifier found by the lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_user_with_scram() {
+    let pg = pg_with_bob();
+    pg.create_user("carol", "carolpw", "scram-sha-256");
+    let weir = Weir::builder()
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("postgres", "")])
+        .database("db", &format!("{} auth_user=postgres", pg.connstr()))
+        .start();
+    let c = connect_pw(weir.port(), "db", "carol", "carolpw")
+        .await
+        .expect("carol logs in");
+    assert_eq!(q1(&c, "select current_user").await, "carol");
+    assert_password_failed(
+        connect_pw(weir.port(), "db", "carol", "wrong").await,
+        "carol",
+    );
+}
+
+/// A lookup that fails in PostgreSQL (here an auth_user without rights on pg_authid)
+/// tells the client no more than a wrong password would, and Weir keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_lookup_is_a_password_failure() {
+    let pg = pg_with_bob();
+    pg.create_user("lookup", "lookuppw", "md5");
+    let weir = weir_md5(&pg, &[("db", "auth_user=lookup")]);
+    assert_password_failed(connect_pw(weir.port(), "db", "bob", "bobpw").await, "bob");
+    assert_password_failed(connect_pw(weir.port(), "db", "ghost", "x").await, "ghost");
+    assert_password_failed(connect_pw(weir.port(), "db", "bob", "bobpw").await, "bob");
+}
