@@ -82,7 +82,7 @@ impl Pool {
                 Ok(conn) => {
                     {
                         let mut st = self.lock();
-                        st.last_login_failure = None;
+                        st.login.succeeded();
                         if st.welcome.is_none() {
                             st.welcome = Some(Arc::new(crate::server::welcome::Welcome::new(
                                 conn.params.clone(),
@@ -93,8 +93,7 @@ impl Pool {
                 }
                 Err(e) => {
                     tracing::warn!(db = %self.database, user = %self.user, "min_pool_size: server login failed: {e}");
-                    self.lock().last_login_failure =
-                        Some((std::time::Instant::now(), e.to_client_error()));
+                    self.lock().login.failed(&e, settings.server_login_retry);
                     return;
                 }
             }

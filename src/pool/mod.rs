@@ -10,6 +10,7 @@ pub mod gates;
 mod janitor;
 mod lease;
 mod limit;
+mod retry;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,7 +68,7 @@ enum Slot {
     Full,
     /// A shared limit (max_db_connections, max_user_connections) is reached.
     Limited,
-    /// The last login failed less than server_login_retry ago.
+    /// The last login failed and its retry delay (see `retry`) has not passed.
     LoginBlocked(PgError),
 }
 
@@ -80,7 +81,7 @@ struct PoolState {
     connecting: usize,
     waiters: VecDeque<Waiter>,
     welcome: Option<Arc<Welcome>>,
-    last_login_failure: Option<(Instant, PgError)>,
+    login: retry::LoginBackoff,
     /// Keys of the last client that logged in with SCRAM, for connections opened with no
     /// client at hand (min_pool_size) when the auth_file has no plaintext password.
     scram: Option<ScramCredential>,
@@ -339,8 +340,8 @@ impl Pool {
     /// What a client that waited query_wait_timeout is told: why the last server login
     /// failed, if one did, else the timeout itself.
     pub fn wait_failure(&self) -> PgError {
-        match self.lock().last_login_failure.clone() {
-            Some((_, e)) => e,
+        match self.lock().login.last() {
+            Some((_, e)) => e.clone(),
             None => PgError::fatal("08P01", "query_wait_timeout"),
         }
     }
@@ -399,7 +400,7 @@ impl Pool {
         let mut st = self.lock();
         match result {
             Ok(conn) => {
-                st.last_login_failure = None;
+                st.login.succeeded();
                 if st.welcome.is_none() {
                     st.welcome = Some(Arc::new(Welcome::new(conn.params.clone())));
                 }
@@ -408,13 +409,11 @@ impl Pool {
                 Ok(slot.fill(conn))
             }
             Err(e) => {
-                let err = e.to_client_error();
                 tracing::warn!(db = %self.database, user = %self.user, addr = %settings.target.addr, "server login failed: {e}");
-                st.last_login_failure = Some((Instant::now(), err.clone()));
+                let (err, retry) = st.login.failed(&e, settings.server_login_retry);
                 drop(st);
                 // Waiters get their turn again once the retry delay has passed.
                 let me = self.clone();
-                let retry = settings.server_login_retry;
                 tokio::spawn(async move {
                     crate::timers::sleep(retry).await;
                     me.grant_free_slots();
@@ -456,10 +455,8 @@ impl Pool {
         if st.total >= cap {
             return Slot::Full;
         }
-        if let Some((at, err)) = &st.last_login_failure {
-            if at.elapsed() < settings.server_login_retry {
-                return Slot::LoginBlocked(err.clone());
-            }
+        if let Some(err) = st.login.blocked() {
+            return Slot::LoginBlocked(err.clone());
         }
         if !settings.limits.try_acquire() {
             return Slot::Limited;
@@ -621,7 +618,7 @@ impl Pool {
 
     /// The last server login that failed, until one succeeds (for the dashboard).
     pub fn last_login_failure(&self) -> Option<(Instant, PgError)> {
-        self.lock().last_login_failure.clone()
+        self.lock().login.last().cloned()
     }
 
     /// What SHOW POOLS reports.

@@ -1,0 +1,107 @@
+//! When a pool may try a server login again after one failed.
+//!
+//! PgBouncer waits server_login_retry (15 s by default) after any failed login. Weir does
+//! too when PostgreSQL refused the login itself (bad password, no such database, too many
+//! connections): trying again sooner would only repeat the refusal. But when PostgreSQL
+//! could not be reached or was not accepting logins yet (down, restarting, starting up),
+//! clients queued meanwhile would wait out the whole delay though PostgreSQL may be back
+//! a moment later; so those failures are retried after a short backoff (250 ms, doubling
+//! to 1 s, never beyond server_login_retry). Clients still only wait up to
+//! query_wait_timeout. See docs/recovery.md.
+
+use std::time::{Duration, Instant};
+
+use crate::protocol::PgError;
+use crate::server::ConnectError;
+
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub(super) struct LoginBackoff {
+    last: Option<(Instant, PgError)>,
+    /// How long after `last` the next attempt may be made.
+    delay: Duration,
+    /// Unreachable-server failures in a row, for the backoff.
+    streak: u32,
+}
+
+impl LoginBackoff {
+    /// Records a failed login; returns what clients are told and when to try again.
+    pub fn failed(
+        &mut self,
+        e: &ConnectError,
+        server_login_retry: Duration,
+    ) -> (PgError, Duration) {
+        let err = e.to_client_error();
+        self.delay = if unreachable(e) {
+            let backoff = FIRST_RETRY
+                .saturating_mul(1 << self.streak.min(8))
+                .min(MAX_RETRY);
+            self.streak = self.streak.saturating_add(1);
+            backoff.min(server_login_retry)
+        } else {
+            self.streak = 0;
+            server_login_retry
+        };
+        self.last = Some((Instant::now(), err.clone()));
+        (err, self.delay)
+    }
+
+    pub fn succeeded(&mut self) {
+        self.last = None;
+        self.streak = 0;
+    }
+
+    /// The last failure's error while no new attempt may be made yet.
+    pub fn blocked(&self) -> Option<&PgError> {
+        let (at, err) = self.last.as_ref()?;
+        (at.elapsed() < self.delay).then_some(err)
+    }
+
+    pub fn last(&self) -> Option<&(Instant, PgError)> {
+        self.last.as_ref()
+    }
+}
+
+/// True when PostgreSQL was not there to refuse: no connection, a connection closed or
+/// timed out, or a server shutting down or still starting up (SQLSTATE class 57P, 08).
+fn unreachable(e: &ConnectError) -> bool {
+    match e {
+        ConnectError::Io(_) | ConnectError::Closed | ConnectError::Timeout => true,
+        ConnectError::Server(pg) => pg.code.starts_with("57P") || pg.code.starts_with("08"),
+        ConnectError::Auth(_) | ConnectError::Protocol(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_servers_are_retried_soon_and_refusals_late() {
+        let retry = Duration::from_secs(15);
+        let mut b = LoginBackoff::default();
+        let refused = || ConnectError::Io(std::io::ErrorKind::ConnectionRefused.into());
+        let delays: Vec<_> = (0..4).map(|_| b.failed(&refused(), retry).1).collect();
+        assert_eq!(
+            delays,
+            [250, 500, 1000, 1000].map(Duration::from_millis).to_vec()
+        );
+        assert!(b.blocked().is_some());
+        let starting = ConnectError::Server(PgError::fatal(
+            "57P03",
+            "the database system is starting up",
+        ));
+        assert_eq!(b.failed(&starting, retry).1, MAX_RETRY);
+        let auth = ConnectError::Server(PgError::fatal("28P01", "password authentication failed"));
+        assert_eq!(b.failed(&auth, retry).1, retry);
+        // Never beyond server_login_retry.
+        assert_eq!(
+            b.failed(&refused(), Duration::from_millis(100)).1,
+            Duration::from_millis(100)
+        );
+        b.succeeded();
+        assert!(b.blocked().is_none() && b.last().is_none());
+    }
+}

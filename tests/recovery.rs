@@ -1,0 +1,98 @@
+//! Recovery from a PostgreSQL restart: a client waiting for a server while PostgreSQL is
+//! down is served soon after PostgreSQL accepts logins again, not after the whole
+//! server_login_retry (docs/recovery.md).
+
+mod common;
+
+use common::*;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// Far longer than the short retry Weir uses while clients wait (at most 1 s), and far
+/// shorter than server_login_retry below: the client cannot be served in time by waiting
+/// out server_login_retry, and has ample time otherwise.
+const SERVED_WITHIN: Duration = Duration::from_secs(12);
+
+fn weir(pg: &PgServer, mode: &str) -> Weir {
+    Weir::for_pg(pg)
+        .set("pool_mode", mode)
+        .set("server_login_retry", 60)
+        .set("query_wait_timeout", 120)
+        .start()
+}
+
+/// Runs `select 1` on `c` in a thread; the answer (or error) comes on the channel.
+fn query_in_background(mut c: RawConn) -> mpsc::Receiver<Result<String, String>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let r = c
+            .simple_query("select 42")
+            .map(|rows| format!("{:?}", rows))
+            .map_err(|e| format!("{e:?}"));
+        let _ = tx.send(r);
+    });
+    rx
+}
+
+#[test]
+fn waiting_client_is_served_soon_after_postgres_restarts() {
+    let mut pg = PgServer::start();
+    let weir = weir(&pg, "transaction");
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    assert_eq!(c.query_one("select 1"), "1");
+
+    pg.stop();
+    let answer = query_in_background(c);
+    // Several failed logins while PostgreSQL is down; the client waits.
+    assert!(
+        eventually(TIMEOUT, || weir
+            .log()
+            .matches("server login failed")
+            .count()
+            >= 2),
+        "no failed server logins while PostgreSQL was down:\n{}",
+        weir.log_tail()
+    );
+    assert!(
+        answer.try_recv().is_err(),
+        "the client was answered while PostgreSQL was down"
+    );
+    pg.start_again();
+    let got = answer
+        .recv_timeout(SERVED_WITHIN)
+        .expect("the waiting client was not served after PostgreSQL came back");
+    let rows = got.expect("the waiting client got an error");
+    assert!(rows.contains("42"), "{rows}");
+}
+
+/// A client that logs in while PostgreSQL is down (the greeting is cached) and whose
+/// first query waits for a server is served too once PostgreSQL is back.
+#[test]
+fn client_waiting_for_its_first_server_is_served_after_a_restart() {
+    let mut pg = PgServer::start();
+    let weir = weir(&pg, "transaction");
+    // The greeting is cached by a first client, so later logins need no server.
+    let mut first = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    assert_eq!(first.query_one("select 1"), "1");
+    drop(first);
+
+    pg.stop();
+    let c = RawConn::startup(weir.port(), "postgres", "postgres", &[])
+        .expect("login with PostgreSQL down, greeting cached");
+    let answer = query_in_background(c);
+    assert!(
+        eventually(TIMEOUT, || weir
+            .log()
+            .matches("server login failed")
+            .count()
+            >= 2),
+        "no failed server logins while PostgreSQL was down:\n{}",
+        weir.log_tail()
+    );
+    pg.start_again();
+    let got = answer
+        .recv_timeout(SERVED_WITHIN)
+        .expect("the waiting client was not served after PostgreSQL came back");
+    assert!(got.expect("error").contains("42"));
+}
