@@ -186,6 +186,13 @@ impl App {
         let pools = self.all_pools();
         for pool in pools {
             let Some((db, server_db)) = snap.resolve_database(&pool.database) else {
+                // Its clients keep their servers, but no more are opened for nobody: the
+                // idle ones go at server_idle_timeout.
+                if pool.settings().min_pool_size > 0 {
+                    let mut settings = (**pool.settings()).clone();
+                    settings.min_pool_size = 0;
+                    pool.update_settings(settings);
+                }
                 continue;
             };
             let old = pool.settings();

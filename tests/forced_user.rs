@@ -146,3 +146,26 @@ fn forced_user_min_pool_size_is_capped_by_connection_limits() {
     let mut c = RawConn::startup(weir.port(), "app", "byuser", &[]).expect("login");
     assert_eq!(c.query_one("select current_user"), "srv2");
 }
+
+/// A forced-user database removed by a reload stops being kept at min_pool_size: its idle
+/// servers close at server_idle_timeout.
+#[test]
+fn forced_user_database_removed_by_reload_lets_its_servers_go() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    let mut weir = Weir::for_pg(&pg)
+        .database("fdb", &format!("{} user=srv min_pool_size=2", pg.connstr()))
+        .set("server_idle_timeout", 1)
+        .start();
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("srv") == 2),
+        "min_pool_size=2 not filled: {} open",
+        pg.count_backends("srv")
+    );
+    weir.reload_with(Weir::for_pg(&pg).set("server_idle_timeout", 1));
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("srv") == 0),
+        "servers of the removed database still open: {}",
+        pg.count_backends("srv")
+    );
+}
