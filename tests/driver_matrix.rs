@@ -10,7 +10,8 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -228,4 +229,317 @@ fn postgres_js_in_session_mode() {
 #[test]
 fn postgres_js() {
     node_case("transaction", "node/postgresjs_check.js");
+}
+
+// The programs below check each driver at its defaults in transaction mode without
+// asserting SET/search_path isolation (not implemented yet: each leaves a commented-out
+// SESSION-STATE check). They read WEIR_HOST, WEIR_PORT, WEIR_DB, WEIR_USER.
+
+fn source_dir(driver: &str) -> PathBuf {
+    program(driver)
+}
+
+/// The installed piece a driver's program needs, or a panic saying how to install it.
+fn installed(rel: &str) -> PathBuf {
+    let p = drivers_dir().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-drivers (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// PostgreSQL with the tables the programs write to, and Weir in transaction mode with
+/// a pool of two servers.
+fn setup() -> (PgServer, Weir) {
+    let pg = PgServer::start();
+    for t in [
+        "psycopg",
+        "asyncpg",
+        "sqlalchemy",
+        "node_pg",
+        "postgres_js",
+        "pgx",
+        "pgjdbc",
+        "prisma",
+    ] {
+        pg.exec(&format!(
+            "create table drv_{t} (id int primary key, v text)"
+        ));
+    }
+    let weir = transaction_pool(&pg);
+    (pg, weir)
+}
+
+/// Runs a driver's program with the connection parameters in env; it must exit 0.
+fn run_program(weir: &Weir, pg: &PgServer, cmd: Command, name: &str) {
+    run_program_on(weir.port(), weir, pg, cmd, name);
+}
+
+/// Runs a driver's program against `port` (Weir's, or PostgreSQL's own for a control run).
+fn run_program_on(port: u16, weir: &Weir, pg: &PgServer, mut cmd: Command, name: &str) {
+    let through = if port == pg.port() {
+        "directly"
+    } else {
+        "through Weir"
+    };
+    cmd.env("WEIR_HOST", "127.0.0.1")
+        .env("WEIR_PORT", port.to_string())
+        .env("WEIR_DB", "postgres")
+        .env("WEIR_USER", "postgres")
+        .env("WEIR_CLIENTS", "10");
+    let started = Instant::now();
+    let out = run_with_timeout(&mut cmd, None, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{name} failed ({:?}) {through}:\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- weir log\n{}\n--- postgres log\n{}",
+        out.status,
+        weir.log_tail(),
+        tail(&pg.log(), 40),
+    );
+    eprintln!(
+        "{name} {through}: {} in {:?}",
+        stdout.trim(),
+        started.elapsed()
+    );
+}
+
+fn python_args(program: &str, args: &[&str]) -> Command {
+    let mut cmd = clean_command(installed("venv/bin/python"));
+    cmd.arg(source_dir("python").join(program)).args(args);
+    cmd
+}
+
+#[test]
+fn psycopg_defaults() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, python_args("psycopg3.py", &[]), "psycopg 3");
+}
+
+#[test]
+fn asyncpg_defaults() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, python_args("asyncpg_driver.py", &[]), "asyncpg");
+}
+
+#[test]
+fn sqlalchemy_defaults() {
+    let (pg, weir) = setup();
+    run_program(
+        &weir,
+        &pg,
+        python_args("sqlalchemy_driver.py", &[]),
+        "SQLAlchemy 2",
+    );
+}
+
+/// asyncpg's own pool resets a connection on release with `SELECT pg_advisory_unlock_all();
+/// CLOSE ALL; UNLISTEN *; RESET ALL;` (one simple Query). On a direct connection RESET ALL
+/// puts application_name back to the value of the startup packet; through Weir the server's
+/// reset value is Weir's own startup value, so the client then sees ''. PgBouncer 1.18 in
+/// transaction mode gives the same '' (checked by hand with this program).
+#[test]
+#[ignore = "after RESET ALL (asyncpg pool release) application_name is '' instead of the client's startup value, through Weir as through PgBouncer 1.18; direct: the startup value"]
+fn asyncpg_pool_reset_all() {
+    let (pg, weir) = setup();
+    let program = || python_args("asyncpg_driver.py", &["pool-app"]);
+    run_program_on(pg.port(), &weir, &pg, program(), "asyncpg pool");
+    run_program(&weir, &pg, program(), "asyncpg pool");
+}
+
+/// asyncpg's pool (its release runs RESET ALL, CLOSE ALL, UNLISTEN *) with 40 tasks on 4
+/// connections.
+#[test]
+fn asyncpg_pool() {
+    let (pg, weir) = setup();
+    run_program(
+        &weir,
+        &pg,
+        python_args("asyncpg_driver.py", &["pool"]),
+        "asyncpg pool",
+    );
+}
+
+fn node_program(program: &str) -> Command {
+    let mut cmd = clean_command("node");
+    cmd.env("NODE_PATH", installed("node/node_modules"))
+        .arg(source_dir("node").join(program));
+    cmd
+}
+
+#[test]
+fn node_postgres_named_queries() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, node_program("node_pg.js"), "node-postgres");
+}
+
+#[test]
+fn postgres_js_defaults() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, node_program("postgres_js.js"), "postgres.js");
+}
+
+#[test]
+fn pgx_v5() {
+    let (pg, weir) = setup();
+    let cmd = clean_command(installed("bin/pgx-driver"));
+    run_program(&weir, &pg, cmd, "pgx v5");
+}
+
+fn pgjdbc_program() -> Command {
+    let classpath = std::fs::read_to_string(installed("java/classpath")).expect("read classpath");
+    let mut cmd = clean_command("java");
+    cmd.arg("-cp")
+        .arg(classpath.trim())
+        .arg(source_dir("pgjdbc").join("Main.java"));
+    cmd
+}
+
+/// pgJDBC sends extra_float_digits=2 in its startup packet. Weir, like PgBouncer, refuses
+/// a startup parameter it does not track unless `ignore_startup_parameters` lists it (the
+/// setting PgBouncer's users give for JDBC); with it, pgJDBC works at its defaults.
+#[test]
+fn pgjdbc() {
+    let pg = PgServer::start();
+    pg.exec("create table drv_pgjdbc (id int primary key, v text)");
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .set("ignore_startup_parameters", "extra_float_digits")
+        .start();
+    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// pgJDBC against Weir's default configuration.
+#[test]
+#[ignore = "at the default config pgJDBC's connect fails: FATAL unsupported startup parameter: extra_float_digits, as with PgBouncer 1.18 (needs ignore_startup_parameters = extra_float_digits)"]
+fn pgjdbc_default_config() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// A replay of what Prisma's query engine sends (its engine is a binary fetched from
+/// outside the registries at install time, so it cannot be installed here): each new SQL
+/// text is a named statement s0, s1, ... in the order the connection first met it (Parse,
+/// Describe statement, Sync), then every run is Bind/Execute/Sync of that name; a
+/// reconnecting engine sends DEALLOCATE ALL and counts from s0 again.
+struct PrismaConn {
+    conn: proto::RawConn,
+    statements: Vec<String>,
+}
+
+impl PrismaConn {
+    fn connect(port: u16, app: &str) -> PrismaConn {
+        let mut conn =
+            proto::RawConn::startup(port, "postgres", "postgres", &[("application_name", app)])
+                .unwrap_or_else(|e| panic!("{app}: connect: {e:?}"));
+        conn.simple_query("DEALLOCATE ALL")
+            .unwrap_or_else(|e| panic!("{app}: DEALLOCATE ALL: {e:?}"));
+        PrismaConn {
+            conn,
+            statements: Vec::new(),
+        }
+    }
+
+    fn no_error(msgs: &[proto::Msg], what: &str) {
+        if let Some(e) = msgs.iter().find(|m| m.tag == b'E') {
+            panic!("{what}: {:?}", proto::parse_error(&e.body));
+        }
+    }
+
+    fn query(&mut self, sql: &str, params: &[Option<&str>]) -> Vec<Vec<Option<String>>> {
+        let name = match self.statements.iter().position(|s| s == sql) {
+            Some(k) => format!("s{k}"),
+            None => {
+                let name = format!("s{}", self.statements.len());
+                self.statements.push(sql.to_string());
+                self.conn.send(
+                    &[
+                        proto::parse(&name, sql),
+                        proto::describe(b'S', &name),
+                        proto::sync(),
+                    ]
+                    .concat(),
+                );
+                let msgs = self.conn.read_until_ready();
+                Self::no_error(&msgs, &format!("Parse {name} {sql}"));
+                let tags: Vec<u8> = msgs.iter().map(|m| m.tag).collect();
+                assert_eq!(&tags[..2], b"1t", "Parse/Describe {name}: {tags:?}");
+                name
+            }
+        };
+        self.conn.send(
+            &[
+                proto::bind("", &name, params),
+                proto::execute("", 0),
+                proto::sync(),
+            ]
+            .concat(),
+        );
+        let msgs = self.conn.read_until_ready();
+        Self::no_error(&msgs, &format!("Bind/Execute {name} {sql}"));
+        msgs.iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| proto::data_row(&m.body))
+            .collect()
+    }
+}
+
+fn prisma_client(port: u16, i: usize, meet: &std::sync::Barrier) {
+    let app = format!("drv-prisma-{i}");
+    let one = |v: String| vec![vec![Some(v)]];
+    for round in 0..2 {
+        // A reconnect starts again from s0 with other texts than the last connection had.
+        let mut c = PrismaConn::connect(port, &app);
+        let add = format!("select $1::int + {} as n", i + 100 * round);
+        for n in 0..6 {
+            let arg = n.to_string();
+            assert_eq!(
+                c.query(&add, &[Some(&arg)]),
+                one((n + i + 100 * round).to_string()),
+                "{app}: {add}"
+            );
+            assert_eq!(
+                c.query("select current_setting('application_name')", &[]),
+                one(app.clone()),
+                "{app}: application_name"
+            );
+            if n == 2 {
+                meet.wait();
+            }
+        }
+        c.conn.simple_query("BEGIN").unwrap();
+        let id = (i * 1000 + round).to_string();
+        c.query(
+            "insert into drv_prisma (id, v) values ($1::int, $2)",
+            &[Some(&id), Some(&app)],
+        );
+        c.conn.simple_query("COMMIT").unwrap();
+        assert_eq!(
+            c.query("select v from drv_prisma where id = $1::int", &[Some(&id)]),
+            one(app.clone())
+        );
+        // SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
+        // when session state follows the client in transaction mode):
+        // c.conn.simple_query(&format!("set search_path to drv_schema_{i}, public")).unwrap();
+        // meet.wait();
+        // assert_eq!(c.query("show search_path", &[]), one(format!("drv_schema_{i}, public")));
+        c.conn.send(&proto::terminate());
+    }
+}
+
+#[test]
+fn prisma_replay() {
+    let (_pg, weir) = setup();
+    let meet = std::sync::Barrier::new(10);
+    std::thread::scope(|s| {
+        for i in 0..10 {
+            let meet = &meet;
+            let port = weir.port();
+            s.spawn(move || prisma_client(port, i, meet));
+        }
+    });
 }
