@@ -30,8 +30,8 @@ pub use enums::{AuthType, LoadBalanceHosts, PoolMode, SslMode, TargetSessionAttr
 pub use error::ConfigError;
 pub use general::General;
 pub use implemented::{
-    option_is_implemented, unimplemented_markdown, DATABASE_PARAMS, IMPLEMENTED,
-    IMPLEMENTED_DATABASE_PARAMS, IMPLEMENTED_USER_PARAMS, USER_PARAMS,
+    option_is_implemented, unimplemented_markdown, IMPLEMENTED, IMPLEMENTED_DATABASE_PARAMS,
+    IMPLEMENTED_USER_PARAMS, UNIMPLEMENTED_DATABASE_PARAMS, UNIMPLEMENTED_USER_PARAMS,
 };
 pub use peer::{Peer, DEFAULT_PEER_PORT};
 pub use user::User;
