@@ -18,6 +18,7 @@ mod prepared;
 mod protocol;
 mod registry;
 mod server;
+mod sql;
 mod stats;
 mod stream;
 mod tcp_options;

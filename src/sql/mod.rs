@@ -1,0 +1,231 @@
+//! Recognition of the few SQL statements a transaction-mode pooler must see (SET, RESET,
+//! set_config, DISCARD ALL, LISTEN, and what pins a client to its server).
+//!
+//! Hand-written rather than pg_query: pg_query links the whole PostgreSQL parser (a long C
+//! build) and parses every message; this only tokenizes queries that [`may_matter`] lets
+//! through, and ordinary queries cost one byte scan.
+
+#![allow(dead_code)] // the tracking that consumes these lands in the next step
+
+mod lexer;
+
+use lexer::{tokens, Spanned, Tok};
+
+/// An argument of set_config(): a literal or a bind parameter ($n, 1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arg {
+    Lit(String),
+    Param(u16),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stmt {
+    /// `value` is the source text after TO / =, to be replayed as is.
+    Set {
+        name: String,
+        value: String,
+        local: bool,
+    },
+    Reset {
+        name: String,
+    },
+    ResetAll,
+    DiscardAll,
+    SetConfig {
+        name: Arg,
+        value: Arg,
+        local: Arg,
+    },
+    Listen {
+        channel: String,
+    },
+    Unlisten {
+        channel: Option<String>,
+    },
+    /// Session state the pooler cannot move between servers.
+    Pin(Pin),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    AdvisoryLock,
+    TempTable,
+    HoldCursor,
+}
+
+/// Cheap first check: false means no statement in `sql` can be one [`classify`] reports.
+pub fn may_matter(sql: &[u8]) -> bool {
+    const NEEDLES: [&[u8]; 6] = [
+        b"set",
+        b"discard",
+        b"listen",
+        b"advisory_lock",
+        b"temp",
+        b"hold",
+    ];
+    sql.windows(3).enumerate().any(|(i, w)| {
+        let w0 = w[0] | 0x20;
+        (w0 == b's' || w0 == b'd' || w0 == b'l' || w0 == b'a' || w0 == b't' || w0 == b'h')
+            && NEEDLES.iter().any(|n| {
+                sql.len() >= i + n.len()
+                    && sql[i..i + n.len()]
+                        .iter()
+                        .zip(n.iter())
+                        .all(|(a, b)| a.to_ascii_lowercase() == *b)
+            })
+    })
+}
+
+/// The recognized statements of a Query string, in order; others are skipped.
+pub fn classify(sql: &str) -> Vec<Stmt> {
+    if !may_matter(sql.as_bytes()) {
+        return Vec::new();
+    }
+    let toks = tokens(sql);
+    toks.split(|t| t.tok == Tok::Semi)
+        .filter_map(|stmt| statement(sql, stmt))
+        .collect()
+}
+
+fn word(t: Option<&Spanned>) -> Option<&str> {
+    match t.map(|t| &t.tok) {
+        Some(Tok::Word(w)) => Some(w),
+        _ => None,
+    }
+}
+
+/// A GUC name: words and quoted identifiers joined by dots (`myapp.user_id`).
+fn name(toks: &[Spanned]) -> Option<(String, usize)> {
+    let mut out = String::new();
+    let mut i = 0;
+    loop {
+        match toks.get(i).map(|t| &t.tok) {
+            Some(Tok::Word(w)) => out.push_str(w),
+            Some(Tok::Ident(w)) => out.push_str(w),
+            _ => return None,
+        }
+        i += 1;
+        if toks.get(i).map(|t| &t.tok) == Some(&Tok::Punct(b'.')) {
+            out.push('.');
+            i += 1;
+        } else {
+            return Some((out, i));
+        }
+    }
+}
+
+fn statement(sql: &str, t: &[Spanned]) -> Option<Stmt> {
+    match word(t.first())? {
+        "set" => set(sql, &t[1..]),
+        "reset" => match word(t.get(1)) {
+            Some("all") if t.len() == 2 => Some(Stmt::ResetAll),
+            _ => reset_name(&t[1..]).map(|name| Stmt::Reset { name }),
+        },
+        "discard" if word(t.get(1)) == Some("all") => Some(Stmt::DiscardAll),
+        "listen" => name(&t[1..]).map(|(channel, _)| Stmt::Listen { channel }),
+        "unlisten" => match t.get(1).map(|t| &t.tok) {
+            Some(Tok::Punct(b'*')) => Some(Stmt::Unlisten { channel: None }),
+            _ => name(&t[1..]).map(|(channel, _)| Stmt::Unlisten {
+                channel: Some(channel),
+            }),
+        },
+        "create" => create(t),
+        "declare" => declare(t),
+        _ => anywhere(t),
+    }
+}
+
+fn reset_name(t: &[Spanned]) -> Option<String> {
+    if word(t.first()) == Some("time") && word(t.get(1)) == Some("zone") {
+        return Some("timezone".into());
+    }
+    let (n, used) = name(t)?;
+    (used == t.len()).then_some(n)
+}
+
+fn set(sql: &str, t: &[Spanned]) -> Option<Stmt> {
+    let (local, t) = match word(t.first()) {
+        Some("local") => (true, &t[1..]),
+        Some("session") if word(t.get(1)) != Some("authorization") => (false, &t[1..]),
+        _ => (false, t),
+    };
+    // SET TIME ZONE x is the one form without TO / =.
+    let (name, rest) = if word(t.first()) == Some("time") && word(t.get(1)) == Some("zone") {
+        ("timezone".to_string(), &t[2..])
+    } else {
+        let (n, used) = name(t)?;
+        match t.get(used).map(|t| &t.tok) {
+            Some(Tok::Word(w)) if w == "to" => (n, &t[used + 1..]),
+            Some(Tok::Punct(b'=')) => (n, &t[used + 1..]),
+            _ => return None, // SET TRANSACTION, SET ROLE x, SET SESSION AUTHORIZATION...
+        }
+    };
+    let first = rest.first()?;
+    let value = sql[first.start..rest.last()?.end].to_string();
+    if rest.len() == 1 && word(Some(first)) == Some("default") {
+        return (!local).then_some(Stmt::Reset { name });
+    }
+    Some(Stmt::Set { name, value, local })
+}
+
+fn create(t: &[Spanned]) -> Option<Stmt> {
+    let mut i = 1;
+    if word(t.get(i)) == Some("global") || word(t.get(i)) == Some("local") {
+        i += 1;
+    }
+    match word(t.get(i))? {
+        "temp" | "temporary" => Some(Stmt::Pin(Pin::TempTable)),
+        _ => anywhere(t),
+    }
+}
+
+fn declare(t: &[Spanned]) -> Option<Stmt> {
+    t.windows(2)
+        .any(|w| word(Some(&w[0])) == Some("with") && word(Some(&w[1])) == Some("hold"))
+        .then_some(Stmt::Pin(Pin::HoldCursor))
+}
+
+/// Function calls that may sit anywhere in a statement.
+fn anywhere(t: &[Spanned]) -> Option<Stmt> {
+    for (i, tok) in t.iter().enumerate() {
+        match word(Some(tok)) {
+            Some(
+                "pg_advisory_lock"
+                | "pg_advisory_lock_shared"
+                | "pg_try_advisory_lock"
+                | "pg_try_advisory_lock_shared",
+            ) => {
+                return Some(Stmt::Pin(Pin::AdvisoryLock));
+            }
+            Some("set_config") => {
+                if let Some(s) = set_config(&t[i + 1..]) {
+                    return Some(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `( arg , arg , arg )` with literal or $n arguments.
+fn set_config(t: &[Spanned]) -> Option<Stmt> {
+    let arg = |t: Option<&Spanned>| match t.map(|t| &t.tok) {
+        Some(Tok::Str(s)) => Some(Arg::Lit(s.clone())),
+        Some(Tok::Word(w)) if w == "true" || w == "false" => Some(Arg::Lit(w.clone())),
+        Some(Tok::Param(n)) => Some(Arg::Param(*n)),
+        _ => None,
+    };
+    let p = |i: usize, c: u8| t.get(i).map(|t| &t.tok) == Some(&Tok::Punct(c));
+    if !(p(0, b'(') && p(2, b',') && p(4, b',') && p(6, b')')) {
+        return None;
+    }
+    Some(Stmt::SetConfig {
+        name: arg(t.get(1))?,
+        value: arg(t.get(3))?,
+        local: arg(t.get(5))?,
+    })
+}
+
+#[cfg(test)]
+mod tests;
