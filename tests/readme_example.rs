@@ -47,10 +47,21 @@ async fn readme_minimal_config_pools_for_a_real_client() {
         }
     })
     .await;
+    // psql, as the README tells a newcomer to use it: through the pool, and on the admin
+    // console as the example's admin_users comment says.
+    let psql = |db: &str, sql: &str| psql_at("127.0.0.1", port, db, "app", Some("change-me"), sql);
+    let pooled = psql("appdb", "select current_user");
+    let console = psql("pgbouncer", "SHOW POOLS");
     let _ = child.kill();
     let _ = child.wait();
     assert!(
         ok,
         "no client got through Weir with the README's configuration"
+    );
+    assert_eq!(pooled.as_deref(), Ok("app"), "psql through the pool");
+    let console = console.expect("psql on the admin console as admin_users' app");
+    assert!(
+        console.lines().any(|l| l.starts_with("appdb|app|")),
+        "SHOW POOLS lists appdb/app: {console}"
     );
 }
