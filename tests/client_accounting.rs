@@ -235,17 +235,7 @@ async fn auth_query_users_are_counted_and_limited() {
     let pg = PgServer::start();
     pg.exec("create role lookup login");
     pg.create_user("carol", "pw1", "md5");
-    pg.exec(
-        "create function public.user_lookup(in i_username text, out usename text, out passwd text) \
-         returns record as $$ \
-         begin \
-           select s.usename, s.passwd from pg_catalog.pg_shadow s \
-            where s.usename = i_username and not s.usesuper into usename, passwd; \
-           return; \
-         end; $$ language plpgsql security definer; \
-         revoke all on function public.user_lookup(text) from public; \
-         grant execute on function public.user_lookup(text) to lookup;",
-    );
+    pg.create_user_lookup();
     let weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
         .set("auth_type", "md5")

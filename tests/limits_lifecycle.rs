@@ -854,17 +854,7 @@ async fn auth_query_with_auth_user_checks_postgres_passwords() {
     pg.exec("create role lookup login");
     pg.create_user("carol", "pw1", "md5");
     pg.exec("alter role postgres password 'supw'");
-    pg.exec(
-        "create function public.user_lookup(in i_username text, out usename text, out passwd text) \
-         returns record as $$ \
-         begin \
-           select s.usename, s.passwd from pg_catalog.pg_shadow s \
-            where s.usename = i_username and not s.usesuper into usename, passwd; \
-           return; \
-         end; $$ language plpgsql security definer; \
-         revoke all on function public.user_lookup(text) from public; \
-         grant execute on function public.user_lookup(text) to lookup;",
-    );
+    pg.create_user_lookup();
     // Weir's own logins as carol must use the password too.
     pg.set_hba(&["host all carol 127.0.0.1/32 md5"]);
     let weir = Weir::for_pg(&pg)

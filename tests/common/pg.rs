@@ -357,6 +357,22 @@ impl PgServer {
         ));
     }
 
+    /// PgBouncer's documented auth_query function, `public.user_lookup`, callable by the
+    /// role `lookup` (which must exist).
+    pub fn create_user_lookup(&self) {
+        self.exec(
+            "create function public.user_lookup(in i_username text, out usename text, out passwd text) \
+             returns record as $$ \
+             begin \
+               select s.usename, s.passwd from pg_catalog.pg_shadow s \
+                where s.usename = i_username and not s.usesuper into usename, passwd; \
+               return; \
+             end; $$ language plpgsql security definer; \
+             revoke all on function public.user_lookup(text) from public; \
+             grant execute on function public.user_lookup(text) to lookup;",
+        );
+    }
+
     /// The stored password verifier of a role (`md5...` or `SCRAM-SHA-256$...`).
     pub fn stored_password(&self, name: &str) -> String {
         self.psql(&format!(
