@@ -233,17 +233,11 @@ async fn failed_and_finished_logins_give_their_place_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_query_users_are_counted_and_limited() {
     let pg = PgServer::start();
-    pg.exec("create role lookup login");
     pg.create_user("carol", "pw1", "md5");
     pg.create_user_lookup();
     let weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
-        .set("auth_type", "md5")
-        .set("auth_user", "lookup")
-        .set(
-            "auth_query",
-            "SELECT usename, passwd FROM public.user_lookup($1)",
-        )
+        .auth_query_lookup()
         .set("admin_users", "postgres")
         .set("max_user_client_connections", 2)
         .userlist(&[("lookup", ""), ("postgres", "pw")])

@@ -851,7 +851,6 @@ fn application_name_add_host_appends_client_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_query_with_auth_user_checks_postgres_passwords() {
     let pg = PgServer::start();
-    pg.exec("create role lookup login");
     pg.create_user("carol", "pw1", "md5");
     pg.exec("alter role postgres password 'supw'");
     pg.create_user_lookup();
@@ -859,12 +858,7 @@ async fn auth_query_with_auth_user_checks_postgres_passwords() {
     pg.set_hba(&["host all carol 127.0.0.1/32 md5"]);
     let weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
-        .set("auth_type", "md5")
-        .set("auth_user", "lookup")
-        .set(
-            "auth_query",
-            "SELECT usename, passwd FROM public.user_lookup($1)",
-        )
+        .auth_query_lookup()
         .userlist(&[("lookup", "")])
         .start();
     let port = weir.port();

@@ -357,11 +357,12 @@ impl PgServer {
         ));
     }
 
-    /// PgBouncer's documented auth_query function, `public.user_lookup`, callable by the
-    /// role `lookup` (which must exist).
+    /// The role `lookup` and PgBouncer's documented auth_query function,
+    /// `public.user_lookup`, which only it may call (see `WeirBuilder::auth_query_lookup`).
     pub fn create_user_lookup(&self) {
         self.exec(
-            "create function public.user_lookup(in i_username text, out usename text, out passwd text) \
+            "create role lookup login; \
+             create function public.user_lookup(in i_username text, out usename text, out passwd text) \
              returns record as $$ \
              begin \
                select s.usename, s.passwd from pg_catalog.pg_shadow s \

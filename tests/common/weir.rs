@@ -54,6 +54,15 @@ impl WeirBuilder {
     }
 
     /// A `[pgbouncer]` setting (replaces an earlier value of the same key).
+    /// md5 logins, with users missing from the auth_file looked up through the role and
+    /// function `PgServer::create_user_lookup` makes.
+    pub fn auth_query_lookup(self) -> Self {
+        self.set("auth_type", "md5").set("auth_user", "lookup").set(
+            "auth_query",
+            "SELECT usename, passwd FROM public.user_lookup($1)",
+        )
+    }
+
     pub fn set(mut self, key: &str, value: impl ToString) -> Self {
         self.settings.retain(|(k, _)| k != key);
         self.settings.push((key.into(), value.to_string()));
