@@ -123,6 +123,13 @@ fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
     }
 }
 
+/// A client in a pooled mode now holds something its server cannot hand on (an advisory
+/// lock, a temporary table, ...): it keeps that server until it lets go. Logged once per
+/// pinning, so that an operator can find what turns transaction pooling into sessions.
+pub fn client_pinned(c: &ClientInfo, by: &str) {
+    tracing::info!("{} pinned to its server by: {by}", client(c));
+}
+
 /// An error Weir itself sends to a client (not one relayed from PostgreSQL).
 pub fn pooler_error(c: &ClientInfo, message: &str) {
     if POOLER_ERRORS.load(Ordering::Relaxed) {

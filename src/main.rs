@@ -9,6 +9,7 @@ mod cli;
 mod client;
 mod conn_log;
 mod fd_limit;
+mod gucs;
 mod listener;
 mod logging;
 mod metrics_http;

@@ -90,6 +90,8 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
         "application_name",
         "prepared_statements",
         "id",
+        // Weir's own, after PgBouncer's: what pins a client to its server.
+        "pinned",
     ];
     let mut debug = socket.clone();
     debug.extend([
@@ -165,8 +167,8 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
             ],
         ),
         "TOTALS" => ("sN", vec!["name", "value"]),
-        "SERVERS" | "CLIENTS" => ("ssssssisiTTiiississii", socket),
-        "SOCKETS" | "ACTIVE_SOCKETS" => ("ssssssisiTTiiississiiiiiiiii", debug),
+        "SERVERS" | "CLIENTS" => ("ssssssisiTTiiississiis", socket),
+        "SOCKETS" | "ACTIVE_SOCKETS" => ("ssssssisiTTiiississiisiiiiiii", debug),
         "POOLS" => (
             "ssiiiiiiiiiiiiiss",
             vec![

@@ -193,14 +193,15 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
     let _a2 = admin(&weir);
     for (cmd, n) in [("SHOW CLIENTS", 5), ("SHOW SERVERS", 3)] {
         let res = ok(&mut a, cmd);
-        assert_eq!(res.cols.last().unwrap().0, "id", "{cmd}");
+        // PgBouncer's last column, then Weir's own.
+        assert_eq!(res.cols.last().unwrap().0, "pinned", "{cmd}");
         assert_eq!(res.col("id"), res.col("prepared_statements") + 1);
         let i = res.col("id");
         let ids: HashSet<String> = res.rows.iter().map(|r| r[i].clone().unwrap()).collect();
         assert_eq!(ids.len(), n, "{cmd}: ids not unique: {res:#?}");
     }
     let sockets = ok(&mut a, "SHOW SOCKETS");
-    assert_eq!(sockets.col("id") + 1, sockets.col("recv_pos"));
+    assert_eq!(sockets.col("pinned") + 1, sockets.col("recv_pos"));
     // Every client (the two console sessions too) and every server, each once.
     let (i, t) = (sockets.col("id"), sockets.col("type"));
     let ids: HashSet<(String, String)> = sockets

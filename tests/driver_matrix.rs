@@ -169,8 +169,6 @@ fn psycopg_in_session_mode() {
 }
 
 #[test]
-// Prepared statements pass; client B sees client A's SET search_path.
-#[ignore = "needs issue 11 session state"]
 fn psycopg() {
     python_case("transaction", "python/psycopg_check.py");
 }
@@ -181,8 +179,6 @@ fn asyncpg_in_session_mode() {
 }
 
 #[test]
-// Prepared statements pass; client B sees client A's SET search_path.
-#[ignore = "needs issue 11 session state"]
 fn asyncpg() {
     python_case("transaction", "python/asyncpg_check.py");
 }
@@ -213,8 +209,6 @@ fn node_postgres_in_session_mode() {
 }
 
 #[test]
-// Prepared statements pass; client B sees client A's SET search_path.
-#[ignore = "needs issue 11 session state"]
 fn node_postgres() {
     node_case("transaction", "node/pg_check.js");
 }
@@ -338,11 +332,11 @@ fn sqlalchemy_defaults() {
 
 /// asyncpg's own pool resets a connection on release with `SELECT pg_advisory_unlock_all();
 /// CLOSE ALL; UNLISTEN *; RESET ALL;` (one simple Query). On a direct connection RESET ALL
-/// puts application_name back to the value of the startup packet; through Weir the server's
-/// reset value is Weir's own startup value, so the client then sees ''. PgBouncer 1.18 in
-/// transaction mode gives the same '' (checked by hand with this program).
+/// puts application_name back to the value of the startup packet; the server Weir lends
+/// was started with Weir's own, so Weir gives the client its startup values back after a
+/// RESET ALL (PgBouncer 1.18 in transaction mode leaves the client with '', checked by hand
+/// with this program). The program runs directly, then through Weir, with the same checks.
 #[test]
-#[ignore = "after RESET ALL (asyncpg pool release) application_name is '' instead of the client's startup value, through Weir as through PgBouncer 1.18; direct: the startup value"]
 fn asyncpg_pool_reset_all() {
     let (pg, weir) = setup();
     let program = || python_args("asyncpg_driver.py", &["pool-app"]);
@@ -413,9 +407,10 @@ fn pgjdbc() {
     run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
 }
 
-/// pgJDBC against Weir's default configuration.
+/// pgJDBC against Weir's default configuration: its extra_float_digits startup
+/// parameter is carried as the client's own setting (PgBouncer refuses it unless
+/// ignore_startup_parameters lists it).
 #[test]
-#[ignore = "at the default config pgJDBC's connect fails: FATAL unsupported startup parameter: extra_float_digits, as with PgBouncer 1.18 (needs ignore_startup_parameters = extra_float_digits)"]
 fn pgjdbc_default_config() {
     let (pg, weir) = setup();
     run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");

@@ -67,28 +67,63 @@ fn psql_with_sslmode_prefer() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "prefer");
 }
 
-/// By default only tracked parameters are accepted in the StartupMessage.
+/// Beyond PgBouncer (which refuses what it does not track unless ignore_startup_parameters
+/// lists it): any other startup setting, and the `-c` settings of `options` (PGOPTIONS),
+/// are the client's own in transaction mode, on whichever server it is lent, and no other
+/// client's. pgJDBC and sqlx send extra_float_digits at their defaults.
 #[test]
-fn unsupported_startup_parameter_is_refused() {
+fn startup_settings_follow_the_client() {
     let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg).start();
-    let e = RawConn::startup(
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .start();
+    let mut a = RawConn::startup(
         weir.port(),
         "postgres",
         "postgres",
-        &[("extra_float_digits", "2")],
+        &[
+            ("extra_float_digits", "2"),
+            ("options", "-c geqo=off --statement-timeout=5s"),
+        ],
     )
-    .err()
-    .expect("extra_float_digits accepted without ignore_startup_parameters");
+    .unwrap_or_else(|e| panic!("startup settings refused: {e:?}"));
+    let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    for _ in 0..2 {
+        assert_eq!(a.query_one("show extra_float_digits"), "2");
+        assert_eq!(a.query_one("show geqo"), "off");
+        assert_eq!(a.query_one("show statement_timeout"), "5s");
+        assert_eq!(b.query_one("show extra_float_digits"), "1");
+        assert_eq!(b.query_one("show geqo"), "on");
+    }
+    // RESET ALL goes back to them, as on a direct connection.
+    a.simple_query("set extra_float_digits = 0; reset all")
+        .expect("reset all");
+    assert_eq!(a.query_one("show extra_float_digits"), "2");
+    assert_eq!(b.query_one("show extra_float_digits"), "1");
+    assert_eq!(a.query_one("show extra_float_digits"), "2");
+    // Other server switches in options are still refused.
+    let e = RawConn::startup(weir.port(), "postgres", "postgres", &[("options", "-e")])
+        .err()
+        .expect("options -e accepted");
+    assert_eq!((e.code.as_str(), e.severity.as_str()), ("08P01", "FATAL"));
+    // A setting PostgreSQL does not know fails the first query, as it fails the login of
+    // a direct connection, with PostgreSQL's own error.
+    let mut c = RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[("no_such_setting", "1")],
+    )
+    .expect("login");
+    c.send(&common::proto::query("select 1"));
+    let e = c.expect_error();
     assert_eq!(
-        (e.severity.as_str(), e.code.as_str()),
-        ("FATAL", "08P01"),
+        (e.code.as_str(), e.severity.as_str()),
+        ("42704", "FATAL"),
         "{e:?}"
     );
-    assert_eq!(
-        e.message,
-        "unsupported startup parameter: extra_float_digits"
-    );
+    assert!(c.closes());
 }
 
 #[test]
@@ -105,11 +140,9 @@ fn ignore_startup_parameters_accepts_listed_ones() {
     )
     .unwrap_or_else(|e| panic!("ignored parameters refused: {e:?}"));
     assert_eq!(c.query_one("select 1"), "1");
-    // Still refused: a parameter not in the list.
-    let e = RawConn::startup(weir.port(), "postgres", "postgres", &[("search_path", "x")])
-        .err()
-        .expect("search_path accepted although not ignored");
-    assert_eq!(e.message, "unsupported startup parameter: search_path");
+    // Listed ones are dropped, as PgBouncer drops them.
+    assert_eq!(c.query_one("show extra_float_digits"), "1");
+    assert_eq!(c.query_one("show geqo"), "on");
 }
 
 /// The parameters Weir tracks are accepted without configuration.

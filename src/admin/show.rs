@@ -366,7 +366,7 @@ fn load_balance(db: Option<&Database>) -> Value {
 
 // ---- CLIENTS, SERVERS, SOCKETS ----
 
-const SOCKET_COLS: [&str; 21] = [
+const SOCKET_COLS: [&str; 22] = [
     "type",
     "user",
     "database",
@@ -388,8 +388,11 @@ const SOCKET_COLS: [&str; 21] = [
     "application_name",
     "prepared_statements",
     "id",
+    // Weir's own, last so that PgBouncer's columns keep their places: what keeps a client
+    // on its server in a pooled mode (and a server on its client).
+    "pinned",
 ];
-const SOCKET_TYPES: &str = "ssssssisiTTiiississii";
+const SOCKET_TYPES: &str = "ssssssisiTTiiississiis";
 const DEBUG_COLS: [&str; 7] = [
     "recv_pos",
     "pkt_pos",
@@ -484,6 +487,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
         text(&*c.application_name),
         int(c.prepared()),
         int(c.key.pid),
+        text(crate::gucs::pin_text(c.pinned())),
     ];
     if debug {
         row.extend((0..7).map(|_| NULL));
@@ -517,6 +521,7 @@ fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>, state: &str) -> Vec<Val
         text(&a.application_name),
         int(0),
         int(a.id),
+        text(""),
     ]
 }
 
@@ -568,6 +573,11 @@ fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<V
         text(client.map(|c| &*c.application_name).unwrap_or("")),
         int(s.prepared()),
         int(s.id),
+        text(
+            client
+                .map(|c| crate::gucs::pin_text(c.pinned()))
+                .unwrap_or_default(),
+        ),
     ];
     if debug {
         row.extend((0..7).map(|_| NULL));

@@ -10,6 +10,7 @@ use weir_auth::Secret;
 use weir_config::AuthType;
 
 use crate::app::{App, Snapshot};
+use crate::gucs::Gucs;
 use crate::params::{tracked_name, ParamSet};
 use crate::pool::Pool;
 use crate::protocol::messages::{
@@ -29,6 +30,8 @@ pub struct LoggedIn {
     pub pool: Arc<Pool>,
     /// Tracked parameters the client set at startup (client_encoding, DateStyle, ...).
     pub requested: ParamSet,
+    /// The other settings it gave at startup (see client::state).
+    pub settings: Gucs,
     /// Keys from the client's SCRAM proof, to log in to PostgreSQL on its behalf.
     pub scram_keys: Option<Credential>,
     /// The client's place in its database's and user's client counts, until registered.
@@ -51,6 +54,15 @@ pub struct AdminLogin {
     pub full_access: bool,
     pub requested: ParamSet,
     pub admission: Admission,
+}
+
+/// A startup parameter or an `options` setting: a reported one is tracked as such, the
+/// others join the client's settings.
+fn startup_setting(requested: &mut ParamSet, settings: &mut Gucs, name: &str, value: &str) {
+    match tracked_name(name) {
+        Some(tracked) => requested.set(tracked, value),
+        None => settings.put(&name.to_ascii_lowercase(), Some(value)),
+    }
 }
 
 /// The console's database names, unless the configuration uses the name for a real database.
@@ -124,29 +136,37 @@ pub async fn login(
     let mut user = None;
     let mut database = None;
     let mut requested = ParamSet::default();
+    let mut settings = Gucs::default();
     let mut unsupported_options = Vec::new();
     for (name, value) in startup::params(&payload) {
+        let ignored = || {
+            snap.config
+                .general
+                .ignore_startup_parameters
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(name))
+        };
         match name {
             "user" => user = Some(value.to_owned()),
             "database" => database = Some(value.to_owned()),
             n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
-            n => {
-                if let Some(tracked) = tracked_name(n) {
-                    requested.set(tracked, value);
-                } else if !snap
-                    .config
-                    .general
-                    .ignore_startup_parameters
-                    .iter()
-                    .any(|p| p.eq_ignore_ascii_case(n))
-                {
+            _ if ignored() => {}
+            // Beyond PgBouncer, which refuses what it does not track: any other setting
+            // (pgJDBC's and sqlx's extra_float_digits, PGOPTIONS) becomes one the
+            // client made, carried to every server it is lent (see client::state).
+            "options" => {
+                let Some(pairs) = crate::gucs::from_options(value) else {
                     return Err(PgError::fatal(
                         "08P01",
-                        format!("unsupported startup parameter: {n}"),
+                        "unsupported startup parameter: options (only -c name=value settings)",
                     )
                     .into());
+                };
+                for (n, v) in pairs {
+                    startup_setting(&mut requested, &mut settings, &n, &v);
                 }
             }
+            n => startup_setting(&mut requested, &mut settings, n, value),
         }
     }
     let user = match user {
@@ -287,6 +307,7 @@ pub async fn login(
         database,
         pool,
         requested,
+        settings,
         scram_keys,
         admission,
     }))

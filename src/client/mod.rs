@@ -4,6 +4,7 @@ pub mod login;
 pub mod park;
 mod prepare;
 mod relay;
+mod state;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +83,12 @@ pub struct Session {
     shutting_down: bool,
     /// The client's next message waits for a server (it names a prepared statement).
     held_back: bool,
+    /// What the queries since the session was last read back may have changed
+    /// (sql::effects flags; see state).
+    touched: u8,
+    /// Something keeps the client on its server (see state): it is not given back
+    /// between transactions.
+    pinned: bool,
     client: ClientHandle,
     /// Counted in the pool's clients for as long as the session lives.
     pool: PoolMember,
@@ -106,6 +113,9 @@ impl Drop for Session {
     // would otherwise take one from the pool at every login and never give it back, and
     // every login would allocate (and touch) a fresh one.
     fn drop(&mut self) {
+        if self.pinned {
+            self.pool.pinned.fetch_sub(1, Ordering::Relaxed);
+        }
         for buf in [&mut self.inbuf, &mut self.outbuf] {
             buf.clear();
             crate::bufpool::park(buf);
@@ -127,11 +137,20 @@ struct Extras {
     /// The client's named statements and the replies owed for what was sent, once it
     /// uses the extended protocol in a pooled mode (see prepared).
     prepared: Option<Box<crate::prepared::ClientStatements>>,
+    /// The settings the client made that servers do not report, as last read back.
+    gucs: Option<Arc<crate::gucs::Gucs>>,
+    /// The settings it gave at startup, which RESET ALL goes back to.
+    startup_gucs: Option<Arc<crate::gucs::Gucs>>,
+    /// Settings named by queries since the last read-back (see state).
+    touched_names: Vec<String>,
+    /// The bind parameters of the unnamed statement that name settings (see state).
+    unnamed_params: Vec<u16>,
 }
 
 impl Extras {
     fn is_empty(&self) -> bool {
-        self.prepared.is_none()
+        self.state_is_empty()
+            && self.prepared.is_none()
             && self.requested.is_none()
             && self.scram_keys.is_none()
             && self.timer.is_none()
@@ -293,9 +312,11 @@ async fn start(
         database,
         pool,
         requested,
+        settings,
         scram_keys,
         admission,
     } = client;
+    let settings = (!settings.is_empty()).then(|| Arc::new(settings));
     let handle = ClientHandle::register(
         &user,
         &database,
@@ -334,6 +355,8 @@ async fn start(
         exchange: Exchange::fresh(),
         shutting_down: false,
         held_back: false,
+        touched: 0,
+        pinned: false,
         client: handle,
         pool: PoolMember(pool),
         delta: Traffic::default(),
@@ -348,6 +371,10 @@ async fn start(
             scram_keys,
             timer: None,
             prepared: None,
+            gucs: settings.clone(),
+            startup_gucs: settings,
+            touched_names: Vec::new(),
+            unnamed_params: Vec::new(),
         })),
     };
     Some(session)
@@ -475,7 +502,25 @@ impl Session {
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
         self.settle_ahead(&mut held.statements);
         self.lend(&held);
-        let event = self.relay(&mut held).await;
+        let event = loop {
+            let event = self.relay(&mut held).await;
+            if !matches!(event, Event::Idle) || (self.touched == 0 && !self.pinned) {
+                break event;
+            }
+            if self.touched != 0 {
+                if let Err(e) = Box::pin(self.read_back(&mut held)).await {
+                    return Some(Box::pin(self.close_and_refuse(held, e, true)).await);
+                }
+            }
+            if !self.pinned || self.shutting_down {
+                break event;
+            }
+            // Pinned: the server stays lent for the next transaction.
+            if !self.flush_client().await {
+                Box::pin(self.finish_server(held)).await;
+                return Some("client unexpected eof".into());
+            }
+        };
         self.client.0.set_idle();
         held.info.0.set_idle();
         if self.prepared_cap != 0 {
@@ -486,7 +531,7 @@ impl Session {
         match event {
             Event::Idle => {
                 let always = held.pool().settings().server_reset_query_always;
-                if self.mode == PoolMode::Session || always {
+                if self.mode == PoolMode::Session || always || self.pinned {
                     Box::pin(self.finish_server(held)).await;
                 } else {
                     held.release();
@@ -586,8 +631,8 @@ impl Session {
     /// Returns a server the client is done with: reset and pooled when it is clean, closed
     /// when anything of the client's may linger in it (an open transaction, a half-sent
     /// message, an unanswered query).
-    async fn finish_server(&self, mut held: Lease) {
-        if !self.server_is_clean() {
+    async fn finish_server(&mut self, mut held: Lease) {
+        if !self.server_is_clean() || !self.clean_for_next(&mut held).await {
             crate::conn_log::server_closing(
                 &held.info.0,
                 "client disconnect while server was not ready",
@@ -793,6 +838,7 @@ impl Session {
         let mut out = BytesMut::with_capacity(512);
         messages::auth_request(&mut out, messages::AUTH_OK, &[]);
         self.wanted = welcome.write(&requested, &mut out);
+        self.client.0.set_startup(self.wanted.clone());
         let key = self.client.0.key;
         messages::backend_key_data(&mut out, key.pid, key.secret);
         messages::ready_for_query(&mut out, b'I');
@@ -840,24 +886,33 @@ impl Session {
     }
 
     /// Makes the server's session parameters match what the client believes it has.
+    /// Also puts the settings the client made (see state) on it, and takes off the ones
+    /// another client left there.
     async fn sync_params(&self, lease: &mut Lease) -> Result<(), PgError> {
-        if lease
+        let params_synced = lease
             .synced_to
             .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted))
-        {
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
+        let gucs_synced = crate::gucs::same(lease.gucs.as_ref(), self.gucs());
+        if params_synced && gucs_synced {
             return Ok(());
         }
         let mut sql = String::new();
-        for (name, value) in self.wanted.iter() {
-            if lease.params.get(name) != Some(value) {
-                sql.push_str(&format!("SET {name} = {};", quote_literal(value)));
+        if !params_synced {
+            for (name, value) in self.wanted.iter() {
+                if lease.params.get(name) != Some(value) {
+                    sql.push_str(&format!("SET {name} = {};", quote_literal(value)));
+                }
             }
+        }
+        if !gucs_synced {
+            sql.push_str(&crate::gucs::sync_sql(lease.gucs.as_ref(), self.gucs()));
         }
         if sql.is_empty() {
             lease.synced_to = Some(self.wanted.clone());
             return Ok(());
         }
+        lease.gucs = self.gucs().cloned();
         lease
             .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
             .await

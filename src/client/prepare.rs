@@ -249,6 +249,10 @@ mod size {
     /// 320-byte size class (statement tracking lives in the extras for that reason).
     #[test]
     fn a_session_fits_its_size_class() {
-        assert!(std::mem::size_of::<super::Session>() <= 320);
+        assert!(
+            std::mem::size_of::<super::Session>() <= 320,
+            "{}",
+            std::mem::size_of::<super::Session>()
+        );
     }
 }

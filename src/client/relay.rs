@@ -93,6 +93,7 @@ impl Session {
         Some(Ahead {
             bytes: Bytes::copy_from_slice(&self.inbuf[..ready]),
             wanted: self.wanted.clone(),
+            gucs: self.gucs().cloned(),
             client: self.client.0.clone(),
             statements: self.ahead_needs(),
         })
@@ -271,10 +272,11 @@ impl Session {
             return Ok(());
         }
         let tracking = self.prepared_cap != 0;
+        let pooled = self.mode != PoolMode::Session;
         loop {
             let wants = |t| {
-                if tracking {
-                    super::prepare::client_wants(t)
+                if pooled {
+                    super::state::wants(t, tracking)
                 } else {
                     0
                 }
@@ -292,8 +294,19 @@ impl Session {
                     return Err(PgError::fatal("08P01", "bad packet header"))
                 }
             };
-            if tracking && !self.track_client(&frame, server.as_deref_mut()) {
-                return Ok(());
+            if pooled && matches!(frame.tag, b'Q' | b'P' | b'B') {
+                self.note_effects(&frame);
+            }
+            if tracking {
+                if !self.track_client(&frame, server.as_deref_mut()) {
+                    return Ok(());
+                }
+                if let Some(p) = super::prepare::statements(&mut self.extras) {
+                    if p.effects.flags != 0 {
+                        let e = std::mem::take(&mut p.effects);
+                        self.add_effects(e);
+                    }
+                }
             }
             let x = &mut self.exchange;
             match frame.tag {

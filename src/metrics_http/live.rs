@@ -20,6 +20,8 @@ pub struct PoolLive {
     pub user: String,
     pub pool_mode: String,
     pub cl_active: u64,
+    /// Clients kept on their server by session state that cannot move (client::state).
+    pub pinned: u64,
     pub cl_waiting: u64,
     pub sv_active: u64,
     pub sv_idle: u64,
@@ -95,6 +97,7 @@ pub fn read(app: &App, started: Instant, start_time_secs: f64) -> Live {
             sv_login: t.num(row, "sv_login"),
             max_wait_us: t.num(row, "maxwait") * 1_000_000 + t.num(row, "maxwait_us"),
             pool_size: pool.settings().pool_size as u64,
+            pinned: pool.pinned.load(Ordering::Relaxed) as u64,
             totals: pool.stats.read(),
             xact_hist: pool.stats.xact_latency.read(),
             query_hist: pool.stats.query_latency.read(),

@@ -217,6 +217,13 @@ impl Collector for LiveCollector {
         )?;
         family(
             e,
+            "weir_pool_client_pinned",
+            "Clients of the pool (transaction or statement mode) kept on their server by what cannot move to another: an advisory lock, a temporary table, a WITH HOLD cursor, LISTEN (SHOW CLIENTS pinned says which).",
+            None,
+            per_pool(pools, |p| g(p.pinned)),
+        )?;
+        family(
+            e,
             "weir_pool_client_waiting",
             "Clients of the pool waiting for a server (SHOW POOLS cl_waiting).",
             None,

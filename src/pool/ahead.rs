@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::gucs::Gucs;
 use crate::params::ParamSet;
 use crate::registry::clients::ClientInfo;
 use crate::server::ServerConn;
@@ -22,6 +23,8 @@ pub struct Ahead {
     /// The session parameters the client expects: the request may only go ahead to a
     /// server already known to have them (otherwise SETs must run first).
     pub wanted: Arc<ParamSet>,
+    /// Likewise its unreported settings (see gucs).
+    pub gucs: Option<Arc<Gucs>>,
     /// Where the waiter and the releaser agree which of them sends the request: the
     /// releaser claims it unless the waiter has given up its place (cancel, timeout).
     pub client: Arc<ClientInfo>,
@@ -39,6 +42,7 @@ impl Ahead {
             .synced_to
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
+        let synced = synced && crate::gucs::same(conn.gucs.as_ref(), self.gucs.as_ref());
         let prepared = self.statements.iter().all(|&id| conn.statements.touch(id));
         if !synced || !prepared || !self.client.claim_handoff() {
             return;

@@ -99,6 +99,8 @@ pub struct Pool {
     pub stats: Counters,
     /// Logged-in clients of this pool.
     pub clients: AtomicUsize,
+    /// Of those, the ones pinned to their server (client::state).
+    pub pinned: AtomicUsize,
     settings: ArcSwap<PoolSettings>,
     state: Mutex<PoolState>,
 }
@@ -111,6 +113,7 @@ impl Pool {
             user,
             stats: Counters::default(),
             clients: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(PoolState::default()),
         });

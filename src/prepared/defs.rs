@@ -23,6 +23,8 @@ pub struct Def {
     /// Prepared with SQL PREPARE: `body` is what follows the name there, "[(types)] AS
     /// statement", and the server gets `PREPARE weir_<id> <body>`.
     pub sql: bool,
+    /// What running it may do to the session (client::state looks at each Bind of it).
+    pub effects: crate::sql::effects::Effects,
 }
 
 impl Def {
@@ -79,6 +81,14 @@ fn intern_in(sql: bool, body: &[u8]) -> Arc<Def> {
         body: body.clone(),
         valid: AtomicBool::new(false),
         sql,
+        effects: {
+            let text = if sql {
+                &body[..]
+            } else {
+                body.split(|&b| b == 0).next().unwrap_or_default()
+            };
+            crate::sql::effects::effects(text, true)
+        },
     });
     map.insert(body, Arc::downgrade(&def));
     def

@@ -44,6 +44,8 @@ pub struct ClientStatements {
     /// gets holds them (so that it can go ahead, see pool::ahead); the client prepares
     /// the ones it lacks once it has the server (`Session::settle_ahead`).
     pub ahead: Vec<Arc<Def>>,
+    /// What the statements run since the relay last looked may do to the session.
+    pub effects: crate::sql::effects::Effects,
 }
 
 impl ClientStatements {

@@ -139,6 +139,9 @@ pub fn client_message(
                 None => p.ahead.push(def.clone()),
             }
             p.counts.binds += 1;
+            if def.effects.flags != 0 {
+                p.effects.bind(&def.effects, rest);
+            }
             put_bind(out, portal, &def, rest);
             sent_named(p, tag, stmt, &def);
             Edit::Replace
@@ -336,6 +339,9 @@ fn sql_execute(
         return missing_as(p, out, name, true);
     };
     p.counts.binds += 1;
+    if def.effects.flags != 0 {
+        p.effects.merge(&def.effects);
+    }
     if server.touch(def.id) {
         p.counts.hits += 1;
     } else if cx.status != b'E' {

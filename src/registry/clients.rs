@@ -85,6 +85,11 @@ pub struct ClientInfo {
     kill_reason: AtomicU8,
     /// Its named prepared statements (pooled modes), as of the end of its last transaction.
     prepared: AtomicU32,
+    /// What keeps it on its server in a pooled mode (gucs::pin_bits), 0 when nothing.
+    pinned: AtomicU8,
+    /// Its session parameters as of its login, for RESET ALL (client::state). Kept here
+    /// rather than in the session, whose size every idle client pays in a size class.
+    startup: arc_swap::ArcSwapOption<crate::params::ParamSet>,
 }
 
 /// Why the admin console disconnects a client: what the client is told.
@@ -271,6 +276,22 @@ impl ClientInfo {
         self.prepared.load(Ordering::Relaxed)
     }
 
+    pub fn pinned(&self) -> u8 {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    pub fn set_pinned(&self, bits: u8) {
+        self.pinned.store(bits, Ordering::Relaxed);
+    }
+
+    pub fn startup(&self) -> Option<Arc<crate::params::ParamSet>> {
+        self.startup.load_full()
+    }
+
+    pub fn set_startup(&self, params: Arc<crate::params::ParamSet>) {
+        self.startup.store(Some(params));
+    }
+
     pub fn set_prepared(&self, n: usize) {
         self.prepared.store(n as u32, Ordering::Relaxed);
     }
@@ -340,6 +361,8 @@ impl ClientHandle {
                 waker: AtomicWaker::new(),
                 kill_reason: AtomicU8::new(0),
                 prepared: AtomicU32::new(0),
+                pinned: AtomicU8::new(0),
+                startup: arc_swap::ArcSwapOption::empty(),
             },
         );
         ClientHandle(info)

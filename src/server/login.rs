@@ -235,6 +235,7 @@ async fn connect_inner(
         home: crate::workers::current(),
         sent_ahead: 0,
         statements: Default::default(),
+        gucs: None,
     };
     if let Some(q) = &target.connect_query {
         conn.run_internal(q, target.connect_timeout).await?;

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::gucs::Gucs;
+
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 
@@ -71,6 +73,8 @@ pub struct ServerConn {
     pub sent_ahead: usize,
     /// The statements prepared on it under Weir's names (pooled modes, see prepared).
     pub statements: crate::prepared::ServerStatements,
+    /// The unreported settings a client left on it (see gucs); None when there are none.
+    pub gucs: Option<Arc<Gucs>>,
 }
 
 impl fmt::Debug for ServerConn {
@@ -107,6 +111,7 @@ impl ServerConn {
             generation,
             sent_ahead,
             statements,
+            gucs,
         } = self;
         Ok(ServerConn {
             id,
@@ -122,6 +127,7 @@ impl ServerConn {
             generation,
             sent_ahead,
             statements,
+            gucs,
         })
     }
 
@@ -136,10 +142,23 @@ impl ServerConn {
     /// Runs a query whose results nobody reads (reset, parameter sync, connect_query) and
     /// waits for ReadyForQuery. Returns the first error the server reported, if any.
     pub async fn run_internal(&mut self, sql: &str, timeout: Duration) -> Result<(), ConnectError> {
+        self.query_rows(sql, timeout, None).await
+    }
+
+    /// As `run_internal`, collecting the rows of a query whose columns are text.
+    pub async fn query_rows(
+        &mut self,
+        sql: &str,
+        timeout: Duration,
+        mut rows: Option<&mut Vec<Vec<Option<String>>>>,
+    ) -> Result<(), ConnectError> {
         let lower = sql.to_ascii_lowercase();
         if lower.contains("discard") || lower.contains("deallocate") {
             // Whatever it dropped, Weir's statements are to be prepared again.
             self.statements.clear();
+        }
+        if lower.contains("discard all") || lower.contains("reset all") {
+            self.gucs = None;
         }
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         messages::query(&mut out, sql);
@@ -173,6 +192,14 @@ impl ServerConn {
                         self.params.apply_status(&msg.body);
                         self.synced_to = None;
                     }
+                    b'D' => {
+                        if let Some(rows) = rows.as_deref_mut() {
+                            rows.push(
+                                data_row(&msg.body)
+                                    .ok_or(ConnectError::Protocol("bad DataRow from server"))?,
+                            );
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -202,6 +229,26 @@ impl ServerConn {
         })
         .await;
     }
+}
+
+/// The text columns of a DataRow, NULL as None.
+fn data_row(body: &[u8]) -> Option<Vec<Option<String>>> {
+    let mut at = body;
+    let n = u16::from_be_bytes(at.get(..2)?.try_into().ok()?);
+    at = &at[2..];
+    let mut out = Vec::with_capacity(n.into());
+    for _ in 0..n {
+        let len = i32::from_be_bytes(at.get(..4)?.try_into().ok()?);
+        at = &at[4..];
+        if len < 0 {
+            out.push(None);
+            continue;
+        }
+        let len = len as usize;
+        out.push(Some(String::from_utf8_lossy(at.get(..len)?).into_owned()));
+        at = &at[len..];
+    }
+    Some(out)
 }
 
 impl From<ReadError> for ConnectError {

@@ -5,11 +5,10 @@
 //! build) and parses every message; this only tokenizes queries that [`may_matter`] lets
 //! through, and ordinary queries cost one byte scan.
 
-#![allow(dead_code)] // the tracking that consumes these lands in the next step
-
+pub mod effects;
 mod lexer;
 
-use lexer::{tokens, Spanned, Tok};
+use lexer::{Spanned, Tok};
 
 /// An argument of set_config(): a literal or a bind parameter ($n, 1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,35 +52,13 @@ pub enum Pin {
     HoldCursor,
 }
 
-/// Cheap first check: false means no statement in `sql` can be one [`classify`] reports.
-pub fn may_matter(sql: &[u8]) -> bool {
-    const NEEDLES: [&[u8]; 6] = [
-        b"set",
-        b"discard",
-        b"listen",
-        b"advisory_lock",
-        b"temp",
-        b"hold",
-    ];
-    sql.windows(3).enumerate().any(|(i, w)| {
-        let w0 = w[0] | 0x20;
-        (w0 == b's' || w0 == b'd' || w0 == b'l' || w0 == b'a' || w0 == b't' || w0 == b'h')
-            && NEEDLES.iter().any(|n| {
-                sql.len() >= i + n.len()
-                    && sql[i..i + n.len()]
-                        .iter()
-                        .zip(n.iter())
-                        .all(|(a, b)| a.to_ascii_lowercase() == *b)
-            })
-    })
-}
-
 /// The recognized statements of a Query string, in order; others are skipped.
+#[cfg(test)]
 pub fn classify(sql: &str) -> Vec<Stmt> {
-    if !may_matter(sql.as_bytes()) {
+    if !effects::worth_lexing(sql.as_bytes()) {
         return Vec::new();
     }
-    let toks = tokens(sql);
+    let toks = lexer::tokens(sql);
     toks.split(|t| t.tok == Tok::Semi)
         .filter_map(|stmt| statement(sql, stmt))
         .collect()

@@ -47,11 +47,11 @@ async function client(i) {
     await c.query('commit');
     const n = await c.query({ name: 'range', text: 'select count(*)::int as n from drv_node_pg where id / 1000 = $1', values: [i] });
     check(n.rows[0].n === 20, `client ${i}: ${n.rows[0].n} rows`);
-    // SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-    // when session state follows the client in transaction mode):
-    // await c.query(`set search_path to drv_schema_${i}, public`);
-    // const sp = await c.query('show search_path');
-    // check(sp.rows[0].search_path === `drv_schema_${i}, public`, 'search_path');
+    // Session state (SET search_path) follows the client in transaction mode, and
+    // no other client on the same server sees it.
+    await c.query(`set search_path to drv_schema_${i}, public`);
+    const sp = await c.query('show search_path');
+    check(sp.rows[0].search_path === `drv_schema_${i}, public`, 'search_path');
   } finally {
     await c.end();
   }

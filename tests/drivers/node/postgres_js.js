@@ -39,11 +39,11 @@ async function client(i) {
       const [c1] = await sql`select count(*)::int as n from drv_postgres_js where id / 1000 = ${i}`;
       check(c1.n === 20, `client ${i}: ${c1.n} rows`);
     }
-    // SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-    // when session state follows the client in transaction mode):
-    // await sql.unsafe(`set search_path to drv_schema_${i}, public`);
-    // const [sp] = await sql`show search_path`;
-    // check(sp.search_path === `drv_schema_${i}, public`, 'search_path');
+    // Session state (SET search_path) follows the client in transaction mode, and
+    // no other client on the same server sees it.
+    await sql.unsafe(`set search_path to drv_schema_${i}, public`);
+    const [sp] = await sql`show search_path`;
+    check(sp.search_path === `drv_schema_${i}, public`, 'search_path');
   } finally {
     await sql.end();
   }

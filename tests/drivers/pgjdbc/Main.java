@@ -79,14 +79,14 @@ public class Main {
                     check(rs.getInt(1) == 0, "client " + i + ": the failed transaction's insert is visible");
                 }
             }
-            // SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-            // when session state follows the client in transaction mode):
-            // try (Statement st = c.createStatement()) {
-            //     st.execute("set search_path to drv_schema_" + i + ", public");
-            //     ResultSet rs = st.executeQuery("show search_path");
-            //     rs.next();
-            //     check(rs.getString(1).equals("drv_schema_" + i + ", public"), "search_path");
-            // }
+            // Session state (SET search_path) follows the client in transaction mode, and
+            // no other client on the same server sees it.
+            try (Statement st = c.createStatement()) {
+                st.execute("set search_path to drv_schema_" + i + ", public");
+                ResultSet rs = st.executeQuery("show search_path");
+                rs.next();
+                check(rs.getString(1).equals("drv_schema_" + i + ", public"), "search_path");
+            }
         }
     }
 

@@ -95,12 +95,16 @@ func client(ctx context.Context, i int, meet *sync.WaitGroup) (err error) {
 		}
 		check(count == 120, "client %d: %d rows", i, count)
 	}
-	// SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-	// when session state follows the client in transaction mode):
-	// _, err = conn.Exec(ctx, fmt.Sprintf("set search_path to drv_schema_%d, public", i))
-	// var sp string
-	// _ = conn.QueryRow(ctx, "show search_path").Scan(&sp)
-	// check(sp == fmt.Sprintf("drv_schema_%d, public", i), "search_path %q", sp)
+	// Session state (SET search_path) follows the client in transaction mode, and
+	// no other client on the same server sees it.
+	if _, err = conn.Exec(ctx, fmt.Sprintf("set search_path to drv_schema_%d, public", i)); err != nil {
+		return err
+	}
+	var sp string
+	if err = conn.QueryRow(ctx, "show search_path").Scan(&sp); err != nil {
+		return err
+	}
+	check(sp == fmt.Sprintf("drv_schema_%d, public", i), "search_path %q", sp)
 	return nil
 }
 

@@ -48,11 +48,11 @@ async def client(i, barrier):
         got = await conn.fetch("select v from drv_asyncpg where id / 1000 = $1 and id % 1000 >= 500 and id % 1000 < 600 order by id", i)
         check([r["v"] for r in got] == [f"c{i}-{k}" for k in range(100)], f"client {i}: copy_records_to_table")
 
-        # SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-        # when session state follows the client in transaction mode):
-        # await conn.execute(f"set search_path to drv_schema_{i}, public")
-        # await barrier.wait()
-        # check(await conn.fetchval("show search_path") == f"drv_schema_{i}, public", "search_path")
+        # Session state (SET search_path) follows the client in transaction mode, and
+        # no other client on the same server sees it.
+        await conn.execute(f"set search_path to drv_schema_{i}, public")
+        await barrier.wait()
+        check(await conn.fetchval("show search_path") == f"drv_schema_{i}, public", "search_path")
     finally:
         await conn.close()
 

@@ -54,12 +54,12 @@ def client(i):
                 row = conn.execute("select %s::int + %s::int, current_setting('application_name')", (n, i)).fetchone()
                 check(row == (n + i, app), f"client {i}: {row}")
 
-        # SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-        # when session state follows the client in transaction mode):
-        # conn.execute(f"set search_path to drv_schema_{i}, public")
-        # barrier.wait()
-        # row = conn.execute("show search_path").fetchone()
-        # check(row[0] == f"drv_schema_{i}, public", f"client {i}: search_path {row[0]!r}")
+        # Session state (SET search_path) follows the client in transaction mode, and
+        # no other client on the same server sees it.
+        conn.execute(f"set search_path to drv_schema_{i}, public")
+        barrier.wait()
+        row = conn.execute("show search_path").fetchone()
+        check(row[0] == f"drv_schema_{i}, public", f"client {i}: search_path {row[0]!r}")
 
 
 run_clients(client, barrier, f"psycopg {psycopg.__version__}")

@@ -48,12 +48,14 @@ def client(i):
             pass
         check(s.execute(select(func.count()).select_from(drv).where(drv.c.id == i * 1000 + 999)).scalar() == 0,
               f"client {i}: failed transaction's insert visible")
-    # SESSION-STATE (SET/search_path isolation is not implemented in Weir yet; uncomment
-    # when session state follows the client in transaction mode):
-    # with engine.connect() as conn:
-    #     conn.execute(text(f"set search_path to drv_schema_{i}, public"))
-    #     barrier.wait()
-    #     check(conn.execute(text("show search_path")).scalar() == f"drv_schema_{i}, public", "search_path")
+    # Session state (SET search_path) follows the client in transaction mode, and
+    # no other client on the same server sees it.
+    with engine.connect() as conn:
+        conn.execute(text(f"set search_path to drv_schema_{i}, public"))
+        # SQLAlchemy began a transaction: it must end for the others to get a server.
+        conn.commit()
+        barrier.wait()
+        check(conn.execute(text("show search_path")).scalar() == f"drv_schema_{i}, public", "search_path")
 
 
 run_clients(client, barrier, "SQLAlchemy on 2 engines")

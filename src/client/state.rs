@@ -1,0 +1,238 @@
+//! Session state in pooled modes: what a client set (SET, RESET, set_config, SET ROLE)
+//! follows it from server to server, and what cannot move (advisory locks, temporary
+//! tables, WITH HOLD cursors, LISTEN) keeps it on its server until released.
+//!
+//! The relay only notes that a query *may* have changed something (sql::effects, a cheap
+//! scan). After the transaction, the server is asked what the session now holds: that is
+//! exact whatever happened in between (a rollback, a savepoint, an error, a function that
+//! set something), where replaying the client's statements would not be.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+
+use super::{Extras, Session, INTERNAL_QUERY_TIMEOUT};
+use crate::gucs::{self, Gucs, PIN_ROW};
+use crate::pool::Lease;
+use crate::protocol::framer::Frame;
+use crate::protocol::{messages, PgError};
+use crate::sql::effects::{self, EXACT, PIN, RESET_ALL, UNPIN};
+
+/// How much of a simple query to see before passing it on: past this the rest is not
+/// looked at, and the session is read back after it whatever it held.
+pub const QUERY_PEEK: usize = 64 * 1024;
+
+impl Session {
+    /// Notes what a framed Query or Parse may do to the session (before it is rewritten).
+    pub(super) fn note_effects(&mut self, frame: &Frame) {
+        let Some(body) = frame.body.clone() else {
+            return;
+        };
+        let body = &self.inbuf[body];
+        let e = match frame.tag {
+            b'Q' => effects::effects(
+                body.strip_suffix(b"\0").unwrap_or(body),
+                body.ends_with(b"\0"),
+            ),
+            b'P' => {
+                let mut parts = body.splitn(3, |&b| b == 0);
+                let unnamed = parts.next().is_some_and(<[u8]>::is_empty);
+                let text = parts.next().unwrap_or_default();
+                let e = effects::effects(text, true);
+                if unnamed {
+                    // Its Binds name it by "": their parameters are read there.
+                    let params = e.params.clone();
+                    if !params.is_empty()
+                        || self
+                            .extras
+                            .as_ref()
+                            .is_some_and(|x| !x.unnamed_params.is_empty())
+                    {
+                        self.extras.get_or_insert_with(Box::default).unnamed_params = params;
+                    }
+                }
+                e
+            }
+            b'B' => {
+                let Some(params) = self.extras.as_ref().map(|x| &x.unnamed_params) else {
+                    return;
+                };
+                if params.is_empty() {
+                    return;
+                }
+                let mut parts = body.splitn(3, |&b| b == 0);
+                let (Some(_), Some(b""), Some(rest)) = (parts.next(), parts.next(), parts.next())
+                else {
+                    return;
+                };
+                let stmt = effects::Effects {
+                    params: params.clone(),
+                    ..Default::default()
+                };
+                let mut e = effects::Effects::default();
+                e.bind(&stmt, rest);
+                e
+            }
+            _ => return,
+        };
+        self.add_effects(e);
+    }
+
+    /// Records effects found in a message or in a prepared statement it runs.
+    pub(super) fn add_effects(&mut self, e: effects::Effects) {
+        if e.flags == 0 {
+            return;
+        }
+        self.touched |= e.flags;
+        if !e.names.is_empty() {
+            let names = &mut self.extras.get_or_insert_with(Box::default).touched_names;
+            for n in e.names {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+    }
+
+    /// The settings the client has made, as last read back.
+    pub(super) fn gucs(&self) -> Option<&Arc<Gucs>> {
+        self.extras.as_ref().and_then(|e| e.gucs.as_ref())
+    }
+
+    /// After a transaction that may have changed the session: reads back what it holds
+    /// from the server, which both the client and the server then record.
+    pub(super) async fn read_back(&mut self, held: &mut Lease) -> Result<(), PgError> {
+        let flags = std::mem::take(&mut self.touched);
+        let extras = self.extras.get_or_insert_with(Box::default);
+        let mut names = std::mem::take(&mut extras.touched_names);
+        if let Some(g) = &extras.gucs {
+            for n in g.names() {
+                if !names.iter().any(|m| m == n) {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+        let exact = flags & EXACT != 0;
+        let pins = flags & PIN != 0 || (self.pinned && flags & UNPIN != 0);
+        if flags & RESET_ALL != 0 {
+            self.restore_startup_params(held);
+        }
+        if !exact && names.is_empty() && !pins {
+            return Ok(());
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let sql = gucs::read_back(&refs, exact, pins);
+        let mut rows = Vec::new();
+        held.query_rows(&sql, INTERNAL_QUERY_TIMEOUT, Some(&mut rows))
+            .await
+            .map_err(|e| e.to_client_error())?;
+        let mut now = Gucs::default();
+        let mut pinned_by = None;
+        for row in rows {
+            let mut cols = row.into_iter();
+            let (Some(Some(name)), Some(value)) = (cols.next(), cols.next()) else {
+                continue;
+            };
+            if name == PIN_ROW {
+                pinned_by = value;
+            } else {
+                now.put(&name, value.as_deref());
+            }
+        }
+        let now = (!now.is_empty()).then(|| Arc::new(now));
+        held.gucs = now.clone();
+        let extras = self.extras.get_or_insert_with(Box::default);
+        extras.gucs = match (&extras.startup_gucs, flags & RESET_ALL != 0) {
+            // What the client gave at startup outlives RESET ALL, as on a direct
+            // connection; the server gets it back at the next lend.
+            (Some(startup), true) => {
+                let mut with = now.as_deref().cloned().unwrap_or_default();
+                for (name, value) in startup.iter() {
+                    with.put(name, Some(value));
+                }
+                Some(Arc::new(with))
+            }
+            _ => now,
+        };
+        if pins {
+            self.set_pinned(pinned_by.filter(|p| !p.is_empty()));
+        }
+        self.trim_extras();
+        Ok(())
+    }
+
+    /// RESET ALL and DISCARD ALL put the reported parameters back to the server's own
+    /// startup values, which are not the client's: the client is given its own back, as
+    /// a direct connection would have kept them, and the server is made to agree at its
+    /// next lend.
+    fn restore_startup_params(&mut self, held: &Lease) {
+        let Some(startup) = self.client.0.startup() else {
+            return;
+        };
+        let mut out = BytesMut::new();
+        for (name, value) in startup.iter() {
+            if held.params.get(name) != Some(value) {
+                messages::parameter_status(&mut out, name, value);
+            }
+        }
+        self.wanted = startup;
+        if !out.is_empty() {
+            self.outbuf.extend_from_slice(&out);
+            let at = self.sframe.scanned();
+            self.sframe.rewritten(at, out.len());
+        }
+    }
+
+    fn set_pinned(&mut self, by: Option<String>) {
+        let was = self.pinned;
+        self.pinned = by.is_some();
+        match (&by, was) {
+            (Some(why), false) => {
+                self.pool.pinned.fetch_add(1, Ordering::Relaxed);
+                crate::conn_log::client_pinned(&self.client.0, why);
+            }
+            (None, true) => {
+                self.pool.pinned.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        self.client
+            .0
+            .set_pinned(by.as_deref().map_or(0, gucs::pin_bits));
+    }
+
+    /// Leaves nothing of the client's on a server it gives back for good: what pinned it
+    /// and what it set that was not read back. False when the server must be closed.
+    pub(super) async fn clean_for_next(&mut self, held: &mut Lease) -> bool {
+        if !self.pinned && self.touched == 0 {
+            return true;
+        }
+        if self.pinned {
+            self.set_pinned(None);
+        }
+        self.touched = 0;
+        held.run_internal_boxed("DISCARD ALL", INTERNAL_QUERY_TIMEOUT)
+            .await
+            .is_ok()
+    }
+}
+
+/// How much of a client message's body the relay must see in pooled modes.
+pub fn wants(tag: u8, prepared: bool) -> usize {
+    match tag {
+        b'Q' => QUERY_PEEK,
+        b'P' | b'B' => usize::MAX,
+        _ if prepared => super::prepare::client_wants(tag),
+        _ => 0,
+    }
+}
+
+impl Extras {
+    pub(super) fn state_is_empty(&self) -> bool {
+        self.gucs.is_none()
+            && self.startup_gucs.is_none()
+            && self.touched_names.is_empty()
+            && self.unnamed_params.is_empty()
+    }
+}

@@ -1,0 +1,327 @@
+//! Settings a client set in its session that PostgreSQL does not report (search_path,
+//! statement_timeout, myapp.user_id, the role, ...), as read back from the server after
+//! the transaction that changed them; and the SQL that reads them and puts them on another
+//! server. The reported ones (params::TRACKED) are followed through ParameterStatus instead.
+
+use std::sync::Arc;
+
+use crate::protocol::messages::quote_literal;
+
+/// name -> value, sorted by name, with `role` last: it is set last (what came before may
+/// need the privileges it gives up) and reset first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gucs(Vec<(String, String)>);
+
+/// What the server said ties the session to it (client::state asks with the settings).
+pub const PIN_ROW: &str = "";
+
+/// What may tie a session to its server, as the read-back names it; a client's pins are
+/// kept as bits in this order.
+pub const PINS: [&str; 5] = [
+    "advisory lock",
+    "temporary table",
+    "WITH HOLD cursor",
+    "LISTEN",
+    "SET SESSION AUTHORIZATION",
+];
+
+pub fn pin_bits(listed: &str) -> u8 {
+    listed
+        .split(',')
+        .filter_map(|p| PINS.iter().position(|k| *k == p))
+        .fold(0, |bits, i| bits | 1 << i)
+}
+
+pub fn pin_text(bits: u8) -> String {
+    let named: Vec<&str> = PINS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & 1 << i != 0)
+        .map(|(_, p)| *p)
+        .collect();
+    named.join(",")
+}
+
+impl Gucs {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// Records a value read back from the server; an unset one (role `none`, a custom
+    /// setting that is empty or was never made) is removed.
+    pub fn put(&mut self, name: &str, value: Option<&str>) {
+        self.0.retain(|(k, _)| k != name);
+        let unset = match value {
+            None | Some("") => true,
+            Some(v) => name == "role" && v == "none",
+        };
+        if !unset {
+            if let Some(v) = value {
+                self.0.push((name.to_owned(), v.to_owned()));
+            }
+        }
+        self.0
+            .sort_by(|(a, _), (b, _)| (a == "role", a).cmp(&(b == "role", b)));
+    }
+}
+
+/// The settings in a startup packet's `options` (libpq's PGOPTIONS: `-c name=value`,
+/// `-cname=value` or `--name=value`, words split on blanks, a backslash keeping the next
+/// character); None when it holds anything else (another server switch).
+pub fn from_options(options: &str) -> Option<Vec<(String, String)>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut out = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(w) = words.next() {
+        let setting = if w == "-c" {
+            words.next()?
+        } else if let Some(s) = w.strip_prefix("--").or_else(|| w.strip_prefix("-c")) {
+            s.to_owned()
+        } else {
+            return None;
+        };
+        let (name, value) = setting.split_once('=')?;
+        if name.is_empty() {
+            return None;
+        }
+        out.push((
+            name.replace('-', "_").to_ascii_lowercase(),
+            value.to_owned(),
+        ));
+    }
+    Some(out)
+}
+
+fn array(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| quote_literal(n)).collect();
+    format!("ARRAY[{}]::pg_catalog.text[]", quoted.join(","))
+}
+
+/// The query that reads back the settings a transaction may have changed: `names` by
+/// name, and with `exact` every setting the session itself set (pg_settings does not list
+/// custom ones, so those are asked for by name still). With `pins`, one more row, named
+/// [`PIN_ROW`], lists what ties the session to its server. Rows are (name, value or NULL).
+pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
+    let mut parts = Vec::new();
+    let by_name: Vec<&str> = if exact {
+        names.iter().copied().filter(|n| n.contains('.')).collect()
+    } else {
+        names.to_vec()
+    };
+    if exact {
+        let reported: Vec<String> = crate::params::TRACKED
+            .iter()
+            .map(|n| quote_literal(&n.to_ascii_lowercase()))
+            .collect();
+        parts.push(format!(
+            "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
+             WHERE source = 'session' AND pg_catalog.lower(name) NOT IN ({})",
+            reported.join(",")
+        ));
+        parts.push(
+            "SELECT 'role', pg_catalog.current_setting('role') \
+             WHERE pg_catalog.current_setting('role') <> 'none'"
+                .to_owned(),
+        );
+    }
+    if !by_name.is_empty() {
+        parts.push(format!(
+            "SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest({}) n",
+            array(&by_name)
+        ));
+    }
+    if pins {
+        parts.push(
+            "SELECT '', pg_catalog.concat_ws(',', \
+             CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
+             AND pid = pg_catalog.pg_backend_pid()) THEN 'advisory lock' END, \
+             CASE WHEN pg_catalog.pg_my_temp_schema() <> 0 AND EXISTS (SELECT FROM \
+             pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
+             THEN 'temporary table' END, \
+             CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
+             THEN 'WITH HOLD cursor' END, \
+             CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) \
+             THEN 'LISTEN' END, \
+             CASE WHEN session_user <> (SELECT usename FROM pg_catalog.pg_stat_activity \
+             WHERE pid = pg_catalog.pg_backend_pid()) THEN 'SET SESSION AUTHORIZATION' END)"
+                .to_owned(),
+        );
+    }
+    parts.join(" UNION ALL ")
+}
+
+/// The SQL that turns a server holding `have` into one holding `want`; empty when they
+/// agree. A role is given up first and taken last, so that the settings in between are
+/// made with the privileges the client had when it made them.
+pub fn apply(have: &Gucs, want: &Gucs) -> String {
+    if have == want {
+        return String::new();
+    }
+    let mut sql = String::new();
+    let mut calls = Vec::new();
+    let role_first = have.get("role").is_some();
+    if role_first {
+        sql.push_str("RESET role;");
+    }
+    for name in have.names() {
+        if name != "role" && want.get(name).is_none() {
+            sql.push_str(&format!("RESET {};", quote_ident(name)));
+        }
+    }
+    for (name, value) in &want.0 {
+        let same = have.get(name) == Some(value.as_str());
+        if !same || (name == "role" && role_first) {
+            calls.push(format!(
+                "pg_catalog.set_config({}, {}, false)",
+                quote_literal(name),
+                quote_literal(value)
+            ));
+        }
+    }
+    if !calls.is_empty() {
+        sql.push_str(&format!("SELECT {};", calls.join(", ")));
+    }
+    sql
+}
+
+/// A setting's name for RESET: each dot-separated part quoted, as names come folded.
+fn quote_ident(name: &str) -> String {
+    name.split('.')
+        .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether two servers' (or a client's and a server's) settings agree.
+pub fn same(a: Option<&Arc<Gucs>>, b: Option<&Arc<Gucs>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        _ => false,
+    }
+}
+
+/// The SQL that makes a server's settings the client's.
+pub fn sync_sql(server: Option<&Arc<Gucs>>, client: Option<&Arc<Gucs>>) -> String {
+    let empty = Gucs::default();
+    apply(server.map_or(&empty, |g| g), client.map_or(&empty, |g| g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gucs(pairs: &[(&str, &str)]) -> Gucs {
+        let mut g = Gucs::default();
+        for (k, v) in pairs {
+            g.put(k, Some(v));
+        }
+        g
+    }
+
+    #[test]
+    fn role_sorts_last_and_unset_values_go() {
+        let mut g = gucs(&[("role", "bob"), ("work_mem", "8MB"), ("a.b", "1")]);
+        assert_eq!(
+            g.names().collect::<Vec<_>>(),
+            vec!["a.b", "work_mem", "role"]
+        );
+        g.put("role", Some("none"));
+        g.put("a.b", Some(""));
+        g.put("search_path", None);
+        assert_eq!(g.names().collect::<Vec<_>>(), vec!["work_mem"]);
+    }
+
+    #[test]
+    fn apply_resets_what_the_next_client_lacks() {
+        let have = gucs(&[("search_path", "a"), ("my.x", "1")]);
+        let want = gucs(&[("search_path", "b, \"C\"")]);
+        assert_eq!(
+            apply(&have, &want),
+            "RESET \"my\".\"x\";\
+             SELECT pg_catalog.set_config('search_path', 'b, \"C\"', false);"
+        );
+        assert_eq!(apply(&want, &want), "");
+        assert_eq!(apply(&want, &Gucs::default()), "RESET \"search_path\";");
+    }
+
+    #[test]
+    fn role_is_reset_first_and_set_last() {
+        let have = gucs(&[("role", "bob")]);
+        let want = gucs(&[("role", "bob"), ("work_mem", "8MB")]);
+        assert_eq!(
+            apply(&have, &want),
+            "RESET role;SELECT pg_catalog.set_config('work_mem', '8MB', false), \
+             pg_catalog.set_config('role', 'bob', false);"
+        );
+    }
+
+    #[test]
+    fn options_as_pgoptions_gives_them() {
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        assert_eq!(
+            from_options("-c geqo=off --statement-timeout=5s -csearch_path=a\\,\\ b"),
+            Some(vec![
+                pair("geqo", "off"),
+                pair("statement_timeout", "5s"),
+                pair("search_path", "a, b")
+            ])
+        );
+        assert_eq!(from_options("  "), Some(vec![]));
+        assert_eq!(from_options("-e"), None);
+        assert_eq!(from_options("-c novalue"), None);
+    }
+
+    #[test]
+    fn pins_as_bits() {
+        let bits = pin_bits("advisory lock,LISTEN");
+        assert_eq!(bits, 0b1001);
+        assert_eq!(pin_text(bits), "advisory lock,LISTEN");
+        assert_eq!(pin_bits(""), 0);
+    }
+
+    #[test]
+    fn read_back_asks_by_name_or_whole() {
+        assert_eq!(
+            read_back(&["search_path"], false, false),
+            "SELECT n, pg_catalog.current_setting(n, true) FROM \
+             pg_catalog.unnest(ARRAY['search_path']::pg_catalog.text[]) n"
+        );
+        let q = read_back(&["search_path", "my.x"], true, true);
+        assert!(q.contains("source = 'session'"));
+        assert!(q.contains("ARRAY['my.x']"));
+        assert!(!q.contains("'search_path'"));
+        assert!(q.contains("pg_listening_channels"));
+    }
+}

@@ -1,0 +1,351 @@
+//! What a query may do to the session it runs in, for the pooler to find out afterwards.
+//!
+//! The pooler does not replay what it reads here: after a transaction that may have changed
+//! something, it asks the server what the session now holds (see client::state). So this
+//! only has to say *whether* to ask and *what about*, and may err on the side of asking.
+
+use super::lexer::{tokens, Spanned, Tok};
+use super::{statement, word, Arg, Stmt};
+
+/// Settings named in `Effects::names` may have changed: their values are read back.
+pub const SETTING: u8 = 1;
+/// Settings may have changed that are not named, or gone back to their defaults: the
+/// session's settings are read back whole.
+pub const EXACT: u8 = 2;
+/// RESET ALL or DISCARD ALL: the reported parameters went back to the server's own.
+pub const RESET_ALL: u8 = 4;
+/// Something may now tie the session to its server (an advisory lock, a temporary table,
+/// a WITH HOLD cursor, LISTEN, SET SESSION AUTHORIZATION).
+pub const PIN: u8 = 8;
+/// Such a tie may have been released.
+pub const UNPIN: u8 = 16;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Effects {
+    pub flags: u8,
+    /// Names of the settings a SET, RESET or set_config() names, as the server folds them.
+    pub names: Vec<String>,
+    /// Bind parameters (1-based) that name a setting (`set_config($1, ...)`): their values
+    /// at each Bind join `names`.
+    pub params: Vec<u16>,
+}
+
+impl Effects {
+    /// The effects of a Bind of a statement with effects `stmt`; `bind_rest` is the
+    /// Bind's body after the statement name.
+    pub fn bind(&mut self, stmt: &Effects, bind_rest: &[u8]) {
+        self.merge(stmt);
+        for &n in &stmt.params {
+            if let Some(name) = bind_param(bind_rest, n) {
+                self.name(&name.to_ascii_lowercase());
+            }
+        }
+    }
+
+    pub fn merge(&mut self, other: &Effects) {
+        self.flags |= other.flags;
+        for n in &other.names {
+            if !self.names.contains(n) {
+                self.names.push(n.clone());
+            }
+        }
+    }
+
+    fn name(&mut self, name: &str) {
+        if crate::params::tracked_name(name).is_some() {
+            // Reported with ParameterStatus, and followed that way.
+            return;
+        }
+        self.flags |= SETTING;
+        if !self.names.iter().any(|n| n == name) {
+            self.names.push(name.to_owned());
+        }
+    }
+}
+
+/// What `sql` (a Query's text, or a Parse's) may do to the session. `whole` is false when
+/// `sql` is only the start of a longer text: then anything may follow, and the answer is
+/// "read it all back".
+pub fn effects(sql: &[u8], whole: bool) -> Effects {
+    let mut e = Effects::default();
+    if !whole {
+        e.flags = EXACT | PIN | UNPIN;
+    }
+    if !worth_lexing(sql) {
+        return e;
+    }
+    let text = String::from_utf8_lossy(sql);
+    let toks = tokens(&text);
+    for stmt in toks.split(|t| t.tok == Tok::Semi) {
+        one(&text, stmt, &mut e);
+    }
+    e
+}
+
+fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
+    let first = word(t.first());
+    let second = word(t.get(1));
+    match first {
+        Some("set") => match second {
+            Some("local" | "transaction" | "constraints") => return,
+            Some("role") => return e.name("role"),
+            Some("session") if word(t.get(2)) == Some("authorization") => {
+                e.flags |= PIN | UNPIN;
+                return;
+            }
+            Some("session") if word(t.get(2)) == Some("characteristics") => {
+                e.flags |= EXACT;
+                return;
+            }
+            _ => {}
+        },
+        Some("reset") => match second {
+            Some("role") => return e.name("role"),
+            Some("session") => {
+                e.flags |= UNPIN;
+                return;
+            }
+            _ => {}
+        },
+        Some("discard") => {
+            match second {
+                Some("all") => e.flags |= EXACT | RESET_ALL | UNPIN,
+                Some("temp" | "temporary") => e.flags |= UNPIN,
+                _ => {}
+            }
+            return;
+        }
+        Some("drop" | "close" | "unlisten") => e.flags |= UNPIN,
+        _ => {}
+    }
+    if t.iter()
+        .any(|s| matches!(word(Some(s)), Some(w) if w.starts_with("pg_advisory_unlock")))
+    {
+        e.flags |= UNPIN;
+    }
+    match statement(sql, t) {
+        Some(Stmt::Set { name, local, .. }) if !local => e.name(&name),
+        Some(Stmt::Set { .. }) => {}
+        Some(Stmt::Reset { .. }) => e.flags |= EXACT,
+        Some(Stmt::ResetAll) => e.flags |= EXACT | RESET_ALL,
+        Some(Stmt::DiscardAll) => e.flags |= EXACT | RESET_ALL | UNPIN,
+        Some(Stmt::SetConfig { name, local, .. }) => {
+            if local == Arg::Lit("true".into()) {
+                return;
+            }
+            match name {
+                Arg::Lit(n) => e.name(&n.to_ascii_lowercase()),
+                Arg::Param(n) => {
+                    // pg_settings finds the built-in ones; a custom one only by its name.
+                    e.flags |= EXACT;
+                    if !e.params.contains(&n) {
+                        e.params.push(n);
+                    }
+                }
+            }
+        }
+        Some(Stmt::Listen { .. } | Stmt::Pin(_)) => e.flags |= PIN,
+        Some(Stmt::Unlisten { .. }) => e.flags |= UNPIN,
+        None => {}
+    }
+}
+
+/// Bind parameter `n` (1-based) as text: text and binary formats agree for the text type
+/// a setting's name has. `rest` is the Bind's body after the statement name.
+fn bind_param(rest: &[u8], n: u16) -> Option<String> {
+    let take = |at: &mut &[u8], len: usize| -> Option<Vec<u8>> {
+        let (head, tail) = (at.get(..len)?, at.get(len..)?);
+        *at = tail;
+        Some(head.to_vec())
+    };
+    let u16_at = |at: &mut &[u8]| -> Option<u16> {
+        let b = take(at, 2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    };
+    let mut at = rest;
+    let formats = u16_at(&mut at)?;
+    take(&mut at, usize::from(formats) * 2)?;
+    let count = u16_at(&mut at)?;
+    for i in 1..=count {
+        let b = take(&mut at, 4)?;
+        let len = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let value = if len < 0 {
+            None
+        } else {
+            Some(take(&mut at, len as usize)?)
+        };
+        if i == n {
+            return value.and_then(|v| String::from_utf8(v).ok());
+        }
+    }
+    None
+}
+
+/// The cheap check run on every query: false means nothing in `sql` can have an effect.
+/// True for a statement that starts with a word that may (whatever follows), and for the
+/// functions that may, wherever they are; comments at a statement's start are not looked
+/// into, and so pass.
+pub fn worth_lexing(sql: &[u8]) -> bool {
+    const STARTS: [&[u8]; 9] = [
+        b"set",
+        b"reset",
+        b"discard",
+        b"listen",
+        b"unlisten",
+        b"create",
+        b"declare",
+        b"drop",
+        b"close",
+    ];
+    const CALLS: [&[u8]; 3] = [b"config", b"lock", b"unlock"];
+    let starts_with = |at: &[u8], w: &[u8]| {
+        at.len() >= w.len()
+            && at[..w.len()].eq_ignore_ascii_case(w)
+            && at
+                .get(w.len())
+                .is_none_or(|c| !c.is_ascii_alphanumeric() && *c != b'_')
+    };
+    let mut at = 0;
+    loop {
+        let rest = &sql[at..];
+        let skip = rest
+            .iter()
+            .position(|c| !c.is_ascii_whitespace())
+            .unwrap_or(rest.len());
+        let rest = &rest[skip..];
+        if matches!(rest.first(), Some(b'-' | b'/' | b'('))
+            || STARTS.iter().any(|w| starts_with(rest, w))
+        {
+            return true;
+        }
+        match rest.iter().position(|&c| c == b';') {
+            Some(i) => at += skip + i + 1,
+            None => break,
+        }
+    }
+    sql.iter().enumerate().any(|(i, &c)| {
+        c == b'_'
+            && CALLS.iter().any(|w| {
+                sql.len() >= i + 1 + w.len() && sql[i + 1..i + 1 + w.len()].eq_ignore_ascii_case(w)
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(sql: &str) -> u8 {
+        effects(sql.as_bytes(), true).flags
+    }
+
+    fn names(sql: &str) -> Vec<String> {
+        effects(sql.as_bytes(), true).names
+    }
+
+    #[test]
+    fn ordinary_queries_are_not_lexed() {
+        for q in [
+            "select 1",
+            "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 3",
+            "INSERT INTO pgbench_history (tid) VALUES (1)",
+            "select offset_x from dataset",
+            "select * from t where a = 'set x = 1'",
+        ] {
+            assert!(!worth_lexing(q.as_bytes()), "{q}");
+            assert_eq!(flags(q), 0, "{q}");
+        }
+        assert!(worth_lexing(b"  SeT x = 1"));
+        assert!(worth_lexing(b"select 1; set x = 1"));
+        assert!(worth_lexing(b"/* c */ set x = 1"));
+        assert!(worth_lexing(b"select SET_CONFIG('a', 'b', false)"));
+        assert!(!worth_lexing(b"settle"));
+    }
+
+    #[test]
+    fn settings_by_name() {
+        assert_eq!(flags("SET search_path TO a, b"), SETTING);
+        assert_eq!(names("SET search_path TO a, b"), vec!["search_path"]);
+        assert_eq!(
+            names("set myapp.user_id = 42; SET Work_Mem = '8MB'"),
+            vec!["myapp.user_id", "work_mem"]
+        );
+        assert_eq!(
+            names("select set_config('MyApp.X', $1, false)"),
+            vec!["myapp.x"]
+        );
+        assert_eq!(flags("select set_config('myapp.x', $1, $2)"), SETTING);
+        assert_eq!(names("set role bob"), vec!["role"]);
+        assert_eq!(names("reset role"), vec!["role"]);
+        // Reported parameters are followed through ParameterStatus instead.
+        assert_eq!(flags("set application_name = 'x'"), 0);
+        assert_eq!(flags("SET TIME ZONE 'UTC'"), 0);
+    }
+
+    #[test]
+    fn transaction_scoped_changes_are_not_kept() {
+        assert_eq!(flags("SET LOCAL search_path = a"), 0);
+        assert_eq!(flags("select set_config('myapp.x', '1', true)"), 0);
+        assert_eq!(flags("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"), 0);
+        assert_eq!(flags("set constraints all deferred"), 0);
+    }
+
+    #[test]
+    fn resets_and_unknown_names_read_everything_back() {
+        assert_eq!(flags("RESET work_mem"), EXACT);
+        assert_eq!(flags("set work_mem to default"), EXACT);
+        assert_eq!(flags("select set_config($1, $2, false)"), EXACT);
+        assert_eq!(flags("RESET ALL"), EXACT | RESET_ALL);
+        assert_eq!(flags("discard all"), EXACT | RESET_ALL | UNPIN);
+        assert_eq!(
+            flags("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
+            EXACT
+        );
+    }
+
+    #[test]
+    fn pins_and_releases() {
+        assert_eq!(flags("select pg_advisory_lock(1)"), PIN);
+        assert_eq!(flags("select pg_advisory_xact_lock(1)"), 0);
+        assert_eq!(flags("select pg_advisory_unlock(1)"), UNPIN);
+        assert_eq!(flags("select pg_advisory_unlock_all()"), UNPIN);
+        assert_eq!(flags("CREATE TEMP TABLE t (a int)"), PIN);
+        assert_eq!(flags("create table t (a int)"), 0);
+        assert_eq!(flags("drop table t"), UNPIN);
+        assert_eq!(flags("DECLARE c CURSOR WITH HOLD FOR select 1"), PIN);
+        assert_eq!(flags("close c"), UNPIN);
+        assert_eq!(flags("LISTEN jobs"), PIN);
+        assert_eq!(flags("UNLISTEN *"), UNPIN);
+        assert_eq!(flags("discard temp"), UNPIN);
+        assert_eq!(flags("set session authorization bob"), PIN | UNPIN);
+        assert_eq!(flags("reset session authorization"), UNPIN);
+    }
+
+    #[test]
+    fn setting_names_from_bind_parameters() {
+        let stmt = effects(b"select set_config($2, $1, false)", true);
+        assert_eq!(stmt.params, vec![2]);
+        // No format codes, two text parameters: '8s' and 'MyApp.Tenant'.
+        let mut bind = vec![0, 0, 0, 2];
+        for v in [&b"8s"[..], b"MyApp.Tenant"] {
+            bind.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            bind.extend_from_slice(v);
+        }
+        bind.extend_from_slice(&[0, 0]);
+        let mut e = Effects::default();
+        e.bind(&stmt, &bind);
+        assert_eq!(e.names, vec!["myapp.tenant"]);
+        assert_eq!(e.flags, EXACT | SETTING);
+        let mut e = Effects::default();
+        e.bind(&stmt, &[0, 0, 0, 1, 255, 255, 255, 255]);
+        assert!(e.names.is_empty());
+    }
+
+    #[test]
+    fn a_prefix_may_hide_anything() {
+        assert_eq!(
+            effects(b"insert into t values (1)", false).flags,
+            EXACT | PIN | UNPIN
+        );
+    }
+}
