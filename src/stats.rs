@@ -43,12 +43,15 @@ impl PreparedCounts {
     }
 }
 
-/// A pool's counters: the traffic (reached through Deref, `d.xacts`) and the
-/// prepared-statement counts.
+/// A pool's counters: the traffic (reached through Deref, `d.xacts`), the
+/// prepared-statement counts and the logins.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Delta {
     pub traffic: Traffic,
     pub prepared: PreparedCounts,
+    /// Clients that logged in to the pool (PgBouncer's client_login_count): counted once
+    /// per session, at login, so that a client reconnecting for every transaction shows.
+    pub client_logins: u64,
 }
 
 impl std::ops::Deref for Delta {
@@ -97,6 +100,7 @@ pub struct Counters {
     binds: AtomicU64,
     hits: AtomicU64,
     evictions: AtomicU64,
+    client_logins: AtomicU64,
 }
 
 impl Counters {
@@ -119,6 +123,7 @@ impl Counters {
             (&self.binds, d.prepared.binds),
             (&self.hits, d.prepared.hits),
             (&self.evictions, d.prepared.evictions),
+            (&self.client_logins, d.client_logins),
         ];
         for (counter, v) in pairs {
             if v != 0 {
@@ -146,7 +151,13 @@ impl Counters {
                 hits: self.hits.load(Ordering::Relaxed),
                 evictions: self.evictions.load(Ordering::Relaxed),
             },
+            client_logins: self.client_logins.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts a client that has just logged in to the pool.
+    pub fn count_login(&self) {
+        self.client_logins.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn add_prepared(&self, prepared: &PreparedCounts) {

@@ -105,7 +105,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
     ]);
     match cmd {
         "STATS" => (
-            "sNNNNNNNNNNNNNNNNNNNNNN",
+            "sNNNNNNNNNNNNNNNNNNNNNNNN",
             vec![
                 "database",
                 "total_server_assignment_count",
@@ -119,6 +119,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "total_client_parse_count",
                 "total_server_parse_count",
                 "total_bind_count",
+                "total_client_login_count",
                 "avg_server_assignment_count",
                 "avg_xact_count",
                 "avg_query_count",
@@ -130,10 +131,11 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "avg_client_parse_count",
                 "avg_server_parse_count",
                 "avg_bind_count",
+                "avg_client_login_count",
             ],
         ),
         "STATS_TOTALS" => (
-            "sNNNNNNNNNNN",
+            "sNNNNNNNNNNNN",
             vec![
                 "database",
                 "server_assignment_count",
@@ -147,10 +149,11 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "client_parse_count",
                 "server_parse_count",
                 "bind_count",
+                "client_login_count",
             ],
         ),
         "STATS_AVERAGES" => (
-            "sNNNNNNNNNNN",
+            "sNNNNNNNNNNNN",
             vec![
                 "database",
                 "server_assignment_count",
@@ -164,6 +167,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "avg_client_parse_count",
                 "avg_server_parse_count",
                 "avg_bind_count",
+                "client_login_count",
             ],
         ),
         "TOTALS" => ("sN", vec!["name", "value"]),
@@ -413,6 +417,63 @@ fn stats_count_the_traffic() {
         totals.num("name", "total_xact_count", "value"),
         after.num("database", "postgres", "xact_count")
     );
+}
+
+/// Every successful client login counts once in its database's client_login_count, however
+/// many queries the session then runs; refused logins and console sessions do not count.
+#[test]
+fn stats_count_client_logins() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .database("other", &pg.connstr())
+        .set("admin_users", "postgres")
+        .start();
+    let mut a = admin(&weir, "postgres");
+    const N: i64 = 7;
+    for i in 0..N {
+        let mut c = client(&weir, "logins");
+        // Queries are not logins: each session runs several.
+        for _ in 0..=i {
+            assert_eq!(c.query_one("select 1"), "1");
+        }
+    }
+    for _ in 0..2 {
+        let mut c = RawConn::startup(weir.port(), "postgres", "other", &[]).unwrap();
+        assert_eq!(c.query_one("select 1"), "1");
+    }
+    // Refused: a user not in auth_file, a database not configured.
+    for (user, db) in [("nosuchuser", "postgres"), ("postgres", "nosuchdb")] {
+        assert!(
+            RawConn::startup(weir.port(), user, db, &[]).is_err(),
+            "{user}@{db} logged in"
+        );
+    }
+    let _second_console = admin(&weir, "postgres");
+
+    let totals = ok(&mut a, "SHOW STATS_TOTALS");
+    assert_eq!(
+        totals.num("database", "postgres", "client_login_count"),
+        N,
+        "{totals:#?}"
+    );
+    assert_eq!(totals.num("database", "other", "client_login_count"), 2);
+    assert_eq!(totals.num("database", "pgbouncer", "client_login_count"), 0);
+    let stats = ok(&mut a, "SHOW STATS");
+    assert_eq!(
+        stats.num("database", "postgres", "total_client_login_count"),
+        N
+    );
+    // The average is per second over a window of at least one second (PgBouncer's
+    // calc_average), so it cannot exceed the total.
+    let avg = stats.num("database", "postgres", "avg_client_login_count");
+    assert!((0..=N).contains(&avg), "avg_client_login_count {avg}");
+    let averages = ok(&mut a, "SHOW STATS_AVERAGES");
+    let avg = averages.num("database", "other", "client_login_count");
+    assert!((0..=2).contains(&avg), "client_login_count average {avg}");
+    let all = ok(&mut a, "SHOW TOTALS");
+    assert_eq!(all.num("name", "total_client_login_count", "value"), N + 2);
+    let avg = all.num("name", "avg_client_login_count", "value");
+    assert!((0..=N + 2).contains(&avg), "avg_client_login_count {avg}");
 }
 
 /// With a wildcard listen_addr the listener knows no local address: each client's is read

@@ -151,6 +151,11 @@ async fn metrics_follow_transactions_errors_and_reloads() {
     let xacts_before = before
         .value("weir_pool_transactions_total", &POOL)
         .expect("pool transaction counter");
+    assert_eq!(
+        before.value("weir_pool_client_logins_total", &POOL),
+        Some(1.0),
+        "one client has logged in"
+    );
     assert!(before.value("weir_uptime_seconds", &[]).is_some());
     assert!(before.value("weir_build_info", &[]).is_some());
 
@@ -172,7 +177,17 @@ async fn metrics_follow_transactions_errors_and_reloads() {
         .unwrap_err();
     assert_eq!(expect_db_error(&err).code, "3D000");
 
+    // Three more logins, each counted once: the refused one above is not.
+    for _ in 0..3 {
+        let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
+        q1(&c, "select 1").await;
+    }
+
     let after = scrape(http);
+    assert_eq!(
+        after.value("weir_pool_client_logins_total", &POOL),
+        Some(4.0)
+    );
     let xacts_after = after.value("weir_pool_transactions_total", &POOL).unwrap();
     assert!(
         xacts_after - xacts_before >= N as f64,

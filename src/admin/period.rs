@@ -97,6 +97,7 @@ pub fn add(total: &mut Delta, d: &Delta) {
     total.xact_time_us += d.xact_time_us;
     total.query_time_us += d.query_time_us;
     total.wait_time_us += d.wait_time_us;
+    total.client_logins += d.client_logins;
     let (t, d) = (&mut total.prepared, &d.prepared);
     t.client_parses += d.client_parses;
     t.server_parses += d.server_parses;
@@ -151,6 +152,7 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
             hits: per_sec(cur.prepared.hits, old.prepared.hits),
             evictions: per_sec(cur.prepared.evictions, old.prepared.evictions),
         },
+        client_logins: per_sec(cur.client_logins, old.client_logins),
     }
 }
 
@@ -183,5 +185,14 @@ mod tests {
         assert_eq!(a.query_time_us, 50);
         assert_eq!(a.wait_time_us, 0);
         assert_eq!(averages(&cur, &old, 0), Delta::default());
+        // Logins are a rate, like transactions: 7 in 2 s is 3 per second (rounded down).
+        let logins = |n| Delta {
+            client_logins: n,
+            ..Delta::default()
+        };
+        assert_eq!(
+            averages(&logins(12), &logins(5), 2_000_000).client_logins,
+            3
+        );
     }
 }

@@ -100,7 +100,7 @@ fn server_pools(pools: &[Arc<Pool>]) -> HashMap<u64, Arc<Pool>> {
 
 // ---- SHOW STATS family ----
 
-const STATS_TOTALS_COLS: [&str; 11] = [
+const STATS_TOTALS_COLS: [&str; 12] = [
     "server_assignment_count",
     "xact_count",
     "query_count",
@@ -112,10 +112,11 @@ const STATS_TOTALS_COLS: [&str; 11] = [
     "client_parse_count",
     "server_parse_count",
     "bind_count",
+    "client_login_count",
 ];
 
-/// The eleven figures PgBouncer reports, in its order.
-fn figures(d: &Delta) -> [u64; 11] {
+/// The twelve figures PgBouncer reports, in its order.
+fn figures(d: &Delta) -> [u64; 12] {
     [
         d.server_assignments,
         d.xacts,
@@ -128,6 +129,7 @@ fn figures(d: &Delta) -> [u64; 11] {
         d.prepared.client_parses,
         d.prepared.server_parses,
         d.prepared.binds,
+        d.client_logins,
     ]
 }
 
@@ -145,7 +147,7 @@ fn stats_by_database(app: &App) -> BTreeMap<String, (Delta, Delta)> {
 
 pub fn stats(app: &App) -> RowSet {
     let mut rs = RowSet::new(
-        "sNNNNNNNNNNNNNNNNNNNNNN",
+        "sNNNNNNNNNNNNNNNNNNNNNNNN",
         &[
             "database",
             "total_server_assignment_count",
@@ -159,6 +161,7 @@ pub fn stats(app: &App) -> RowSet {
             "total_client_parse_count",
             "total_server_parse_count",
             "total_bind_count",
+            "total_client_login_count",
             "avg_server_assignment_count",
             "avg_xact_count",
             "avg_query_count",
@@ -170,6 +173,7 @@ pub fn stats(app: &App) -> RowSet {
             "avg_client_parse_count",
             "avg_server_parse_count",
             "avg_bind_count",
+            "avg_client_login_count",
         ],
     );
     let window = period::window_us();
@@ -186,7 +190,7 @@ pub fn stats(app: &App) -> RowSet {
 pub fn stats_totals(app: &App) -> RowSet {
     let mut names = vec!["database"];
     names.extend(STATS_TOTALS_COLS);
-    let mut rs = RowSet::new("sNNNNNNNNNNN", &names);
+    let mut rs = RowSet::new("sNNNNNNNNNNNN", &names);
     for (db, (cur, _)) in stats_by_database(app) {
         let mut row = vec![text(db)];
         row.extend(figures(&cur).iter().map(int));
@@ -202,8 +206,10 @@ pub fn stats_averages(app: &App) -> RowSet {
         "avg_client_parse_count",
         "avg_server_parse_count",
         "avg_bind_count",
+        // Unprefixed, like the rates above that are not prepared-statement counts.
+        "client_login_count",
     ]);
-    let mut rs = RowSet::new("sNNNNNNNNNNN", &names);
+    let mut rs = RowSet::new("sNNNNNNNNNNNN", &names);
     let window = period::window_us();
     for (db, (cur, old)) in stats_by_database(app) {
         let mut row = vec![text(db)];
@@ -238,6 +244,7 @@ pub fn totals(app: &App) -> RowSet {
         "ps_client_parse_count",
         "ps_server_parse_count",
         "ps_bind_count",
+        "client_login_count",
     ];
     for (prefix, d) in [("total_", &cur), ("avg_", &avg)] {
         for (name, v) in names.iter().zip(figures(d)) {

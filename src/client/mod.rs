@@ -328,6 +328,9 @@ async fn start(
     admission.keep();
     crate::conn_log::login_attempt(&handle.0);
     pool.clients.fetch_add(1, Ordering::Relaxed);
+    // Once per session, here and not in the relay: a parked session that resumes does not
+    // log in again.
+    pool.stats.count_login();
     let snap = app.snapshot.load_full();
     let no_entry = weir_config::Database::default();
     let mode = snap.pool_mode(

@@ -322,6 +322,13 @@ impl Collector for LiveCollector {
             Some(Unit::Seconds),
             per_pool(pools, |p| V::Counter(secs(p.totals.wait_time_us))),
         )?;
+        family(
+            e,
+            "weir_pool_client_logins",
+            "Clients that logged in to the pool (SHOW STATS total_client_login_count).",
+            None,
+            per_pool(pools, |p| c(p.totals.client_logins)),
+        )?;
         for (name, help, pick) in [
             (
                 "weir_pool_client_parses",
