@@ -263,6 +263,7 @@ fn setup() -> (PgServer, Weir) {
         "pgx",
         "pgjdbc",
         "prisma",
+        "sqlx",
     ] {
         pg.exec(&format!(
             "create table drv_{t} (id int primary key, v text)"
@@ -403,14 +404,23 @@ fn pgjdbc_program() -> Command {
 /// setting PgBouncer's users give for JDBC); with it, pgJDBC works at its defaults.
 #[test]
 fn pgjdbc() {
+    let (pg, weir) = setup_ignoring_extra_float_digits("pgjdbc");
+    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// PostgreSQL with the table drv_`driver`, and Weir in transaction mode with a pool of two
+/// servers that accepts (and ignores) extra_float_digits in a startup packet.
+fn setup_ignoring_extra_float_digits(driver: &str) -> (PgServer, Weir) {
     let pg = PgServer::start();
-    pg.exec("create table drv_pgjdbc (id int primary key, v text)");
+    pg.exec(&format!(
+        "create table drv_{driver} (id int primary key, v text)"
+    ));
     let weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
         .set("default_pool_size", 2)
         .set("ignore_startup_parameters", "extra_float_digits")
         .start();
-    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+    (pg, weir)
 }
 
 /// pgJDBC against Weir's default configuration.
@@ -419,6 +429,34 @@ fn pgjdbc() {
 fn pgjdbc_default_config() {
     let (pg, weir) = setup();
     run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// sqlx at its defaults: a PgPool of 10 connections, every query a named statement in a
+/// cache of 100 per connection (evictions closed with Close), COPY both ways, errors in
+/// transactions. Like pgJDBC it sends extra_float_digits=2 at startup, which Weir, like
+/// PgBouncer, accepts only when `ignore_startup_parameters` lists it.
+#[test]
+fn sqlx() {
+    let (pg, weir) = setup_ignoring_extra_float_digits("sqlx");
+    run_program(
+        &weir,
+        &pg,
+        clean_command(installed("bin/sqlx-driver")),
+        "sqlx",
+    );
+}
+
+/// sqlx against Weir's default configuration.
+#[test]
+#[ignore = "at the default config sqlx's connect fails: FATAL unsupported startup parameter: extra_float_digits, as with PgBouncer 1.18 (needs ignore_startup_parameters = extra_float_digits, or sqlx's PgConnectOptions::extra_float_digits(None))"]
+fn sqlx_default_config() {
+    let (pg, weir) = setup();
+    run_program(
+        &weir,
+        &pg,
+        clean_command(installed("bin/sqlx-driver")),
+        "sqlx",
+    );
 }
 
 /// A replay of what Prisma's query engine sends (its engine is a binary fetched from
