@@ -257,6 +257,7 @@ fn setup() -> (PgServer, Weir) {
         "pgx",
         "pgjdbc",
         "prisma",
+        "sqlx",
     ] {
         pg.exec(&format!(
             "create table drv_{t} (id int primary key, v text)"
@@ -392,19 +393,29 @@ fn pgjdbc_program() -> Command {
     cmd
 }
 
-/// pgJDBC sends extra_float_digits=2 in its startup packet. Weir, like PgBouncer, refuses
-/// a startup parameter it does not track unless `ignore_startup_parameters` lists it (the
-/// setting PgBouncer's users give for JDBC); with it, pgJDBC works at its defaults.
+/// pgJDBC sends extra_float_digits=2 in its startup packet. PgBouncer refuses a startup
+/// parameter it does not track unless `ignore_startup_parameters` lists it (the setting
+/// PgBouncer's users give for JDBC); Weir carries it as the client's own setting (see
+/// pgjdbc_default_config) or, listed there, drops it as PgBouncer does.
 #[test]
 fn pgjdbc() {
+    let (pg, weir) = setup_ignoring_extra_float_digits("pgjdbc");
+    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// PostgreSQL with the table drv_`driver`, and Weir in transaction mode with a pool of two
+/// servers that accepts (and ignores) extra_float_digits in a startup packet.
+fn setup_ignoring_extra_float_digits(driver: &str) -> (PgServer, Weir) {
     let pg = PgServer::start();
-    pg.exec("create table drv_pgjdbc (id int primary key, v text)");
+    pg.exec(&format!(
+        "create table drv_{driver} (id int primary key, v text)"
+    ));
     let weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
         .set("default_pool_size", 2)
         .set("ignore_startup_parameters", "extra_float_digits")
         .start();
-    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+    (pg, weir)
 }
 
 /// pgJDBC against Weir's default configuration: its extra_float_digits startup
@@ -414,6 +425,34 @@ fn pgjdbc() {
 fn pgjdbc_default_config() {
     let (pg, weir) = setup();
     run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+}
+
+/// sqlx at its defaults: a PgPool of 10 connections, every query a named statement in a
+/// cache of 100 per connection (evictions closed with Close), COPY both ways, errors in
+/// transactions. Like pgJDBC it sends extra_float_digits=2 at startup, which PgBouncer
+/// accepts only when `ignore_startup_parameters` lists it; here it is listed.
+#[test]
+fn sqlx() {
+    let (pg, weir) = setup_ignoring_extra_float_digits("sqlx");
+    run_program(
+        &weir,
+        &pg,
+        clean_command(installed("bin/sqlx-driver")),
+        "sqlx",
+    );
+}
+
+/// sqlx against Weir's default configuration: its extra_float_digits is carried as the
+/// client's setting.
+#[test]
+fn sqlx_default_config() {
+    let (pg, weir) = setup();
+    run_program(
+        &weir,
+        &pg,
+        clean_command(installed("bin/sqlx-driver")),
+        "sqlx",
+    );
 }
 
 /// A replay of what Prisma's query engine sends (its engine is a binary fetched from
