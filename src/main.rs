@@ -10,6 +10,7 @@ mod client;
 mod conn_log;
 mod fd_limit;
 mod gucs;
+mod listen;
 mod listener;
 mod logging;
 mod metrics_http;

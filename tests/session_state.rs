@@ -349,21 +349,113 @@ fn a_pinned_client_leaves_nothing_behind() {
     assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
 }
 
-/// LISTEN in transaction mode: the listener keeps its server and gets the notifications
-/// other clients send.
+fn read_notification(c: &mut RawConn) -> String {
+    c.set_read_timeout(std::time::Duration::from_secs(10));
+    let m = c.read_message_or_panic("a notification");
+    assert_eq!(
+        m.tag,
+        b'A',
+        "expected a NotificationResponse, got {:?}",
+        m.tag_char()
+    );
+    // pid, channel, payload
+    let parts: Vec<String> = m.body[4..]
+        .split(|&b| b == 0)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    format!("{}:{}", parts[0], parts[1])
+}
+
+fn servers(weir: &Weir) -> usize {
+    let mut con = admin(weir);
+    ok(&mut con, "SHOW SERVERS").rows.len()
+}
+
+/// LISTEN in transaction mode: one server listens for every listener of the pool, and
+/// each gets the notifications of its channels, idle or between messages of a
+/// transaction; listeners keep no server of their own.
 #[test]
-fn listen_gets_notifications() {
+fn listeners_share_one_listening_server() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 3);
+    let mut l1 = named_client(&weir, "l1");
+    let mut l2 = named_client(&weir, "l2");
+    let mut n = client(&weir);
+    l1.simple_query("LISTEN jobs").expect("listen");
+    l2.simple_query("listen jobs; LISTEN \"Other\"")
+        .expect("listen");
+    assert_pinned(&weir, "l1", "");
+    n.simple_query("NOTIFY jobs, 'one'").expect("notify");
+    assert_eq!(read_notification(&mut l1), "jobs:one");
+    assert_eq!(read_notification(&mut l2), "jobs:one");
+    n.simple_query("NOTIFY \"Other\", 'two'").expect("notify");
+    assert_eq!(read_notification(&mut l2), "Other:two");
+    // One server for n's queries and one listening: the listeners hold none.
+    assert_eq!(servers(&weir), 2);
+    // Delivered between the messages of a transaction too.
+    l1.simple_query("begin").expect("begin");
+    n.simple_query("NOTIFY jobs, 'three'").expect("notify");
+    assert_eq!(read_notification(&mut l1), "jobs:three");
+    assert_eq!(l1.query_one("select 1"), "1");
+    l1.simple_query("commit").expect("commit");
+    assert_eq!(read_notification(&mut l2), "jobs:three");
+    // UNLISTEN: l1 no longer hears; l2 still does.
+    l1.simple_query("UNLISTEN *").expect("unlisten");
+    n.simple_query("NOTIFY jobs, 'four'").expect("notify");
+    assert_eq!(read_notification(&mut l2), "jobs:four");
+    l1.send(&common::proto::query("select 1"));
+    assert!(
+        l1.read_until_ready().iter().all(|m| m.tag != b'A'),
+        "l1 was told after UNLISTEN *"
+    );
+    drop(l2);
+    drop(l1);
+    // Nobody listens: the listening server goes back to the pool.
+    assert!(eventually(std::time::Duration::from_secs(5), || {
+        let mut con = admin(&weir);
+        let res = ok(&mut con, "SHOW SERVERS");
+        res.rows
+            .iter()
+            .all(|r| r[res.col("state")].as_deref() == Some("idle"))
+    }));
+}
+
+/// The extended-protocol LISTEN drivers such as psycopg send (unnamed Parse, Bind,
+/// Describe, Execute, Sync) gets a server's replies, from the hub.
+#[test]
+fn extended_protocol_listen() {
+    use common::proto::*;
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 2);
+    let mut l = client(&weir);
+    let mut n = client(&weir);
+    let batch = [
+        parse("", "LISTEN ext"),
+        bind("", "", &[]),
+        describe(b'P', ""),
+        execute("", 0),
+        sync(),
+    ]
+    .concat();
+    l.send(&batch);
+    let tags: Vec<char> = l.read_until_ready().iter().map(|m| m.tag_char()).collect();
+    assert_eq!(tags, vec!['1', '2', 'n', 'C', 'Z']);
+    n.simple_query("NOTIFY ext, 'x'").expect("notify");
+    assert_eq!(read_notification(&mut l), "ext:x");
+}
+
+/// LISTEN inside a transaction block runs on the client's server, which it then keeps.
+#[test]
+fn listen_in_a_transaction_pins() {
     let pg = PgServer::start();
     let weir = pooled(&pg, 2);
     let mut l = named_client(&weir, "listener");
     let mut n = client(&weir);
-    l.simple_query("LISTEN jobs").expect("listen");
+    l.simple_query("begin; LISTEN jobs; commit")
+        .expect("listen");
     assert_pinned(&weir, "listener", "LISTEN");
     n.simple_query("NOTIFY jobs, 'one'").expect("notify");
-    l.set_read_timeout(std::time::Duration::from_secs(10));
-    let m = l.read_message_or_panic("a notification");
-    assert_eq!(m.tag, b'A');
-    assert!(String::from_utf8_lossy(&m.body).contains("one"));
+    assert_eq!(read_notification(&mut l), "jobs:one");
     l.simple_query("UNLISTEN *").expect("unlisten");
     assert_pinned(&weir, "listener", "");
 }

@@ -1,5 +1,6 @@
 //! One task per client: log it in, then lend it a server whenever it has something to run.
 
+mod listen;
 pub mod login;
 pub mod park;
 mod prepare;
@@ -41,6 +42,27 @@ pub fn begin_shutdown() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
     for client in crate::registry::clients::CLIENTS.snapshot() {
         client.stop();
+    }
+}
+
+const PINNED: u8 = 1;
+const LISTENING: u8 = 2;
+
+impl Session {
+    fn pinned(&self) -> bool {
+        self.ties & PINNED != 0
+    }
+
+    fn listening(&self) -> bool {
+        self.ties & LISTENING != 0
+    }
+
+    fn set_tie(&mut self, tie: u8, on: bool) {
+        if on {
+            self.ties |= tie;
+        } else {
+            self.ties &= !tie;
+        }
     }
 }
 
@@ -86,9 +108,11 @@ pub struct Session {
     /// What the queries since the session was last read back may have changed
     /// (sql::effects flags; see state).
     touched: u8,
-    /// Something keeps the client on its server (see state): it is not given back
-    /// between transactions.
-    pinned: bool,
+    /// PINNED: something keeps the client on its server (see state), it is not given back
+    /// between transactions. LISTENING: it listens through its pool's hub (see listen),
+    /// notifications are passed on. One byte for both: an idle client pays for the
+    /// session's size.
+    ties: u8,
     client: ClientHandle,
     /// Counted in the pool's clients for as long as the session lives.
     pool: PoolMember,
@@ -113,8 +137,11 @@ impl Drop for Session {
     // would otherwise take one from the pool at every login and never give it back, and
     // every login would allocate (and touch) a fresh one.
     fn drop(&mut self) {
-        if self.pinned {
+        if self.pinned() {
             self.pool.pinned.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.listening() {
+            crate::listen::unlisten(&self.pool, self.client.0.key.pid, None);
         }
         for buf in [&mut self.inbuf, &mut self.outbuf] {
             buf.clear();
@@ -359,7 +386,7 @@ async fn start(
         shutting_down: false,
         held_back: false,
         touched: 0,
-        pinned: false,
+        ties: 0,
         client: handle,
         pool: PoolMember(pool),
         delta: Traffic::default(),
@@ -466,7 +493,10 @@ impl Session {
             return Err(Some("client unexpected eof".into()));
         }
         let error = match self.await_message().await {
-            Wake::Message if self.answer_alone() => {
+            Wake::Message
+                if self.answer_alone()
+                    || (self.may_listen() && Box::pin(self.answer_listen()).await) =>
+            {
                 return match self.flush_client().await {
                     true => Ok(None),
                     false => Err(Some("client unexpected eof".into())),
@@ -507,7 +537,7 @@ impl Session {
         self.lend(&held);
         let event = loop {
             let event = self.relay(&mut held).await;
-            if !matches!(event, Event::Idle) || (self.touched == 0 && !self.pinned) {
+            if !matches!(event, Event::Idle) || (self.touched == 0 && !self.pinned()) {
                 break event;
             }
             if self.touched != 0 {
@@ -515,7 +545,7 @@ impl Session {
                     return Some(Box::pin(self.close_and_refuse(held, e, true)).await);
                 }
             }
-            if !self.pinned || self.shutting_down {
+            if !self.pinned() || self.shutting_down {
                 break event;
             }
             // Pinned: the server stays lent for the next transaction.
@@ -534,7 +564,7 @@ impl Session {
         match event {
             Event::Idle => {
                 let always = held.pool().settings().server_reset_query_always;
-                if self.mode == PoolMode::Session || always || self.pinned {
+                if self.mode == PoolMode::Session || always || self.pinned() {
                     Box::pin(self.finish_server(held)).await;
                 } else {
                     held.release();
@@ -700,12 +730,16 @@ impl Session {
                     Ok(0) | Err(_) => return Wake::Gone,
                     Ok(_) => {}
                 },
-                signals = info.stopped_or_parking() => {
+                signals = info.stopped_parking_or_notified() => {
                     if signals & PARK != 0 {
                         info.take_park();
-                        if self.inbuf.is_empty() {
+                        // A listener keeps its task: notifications come to it.
+                        if self.inbuf.is_empty() && !self.listening() {
                             return Wake::Park;
                         }
+                    }
+                    if !self.send_notifications().await {
+                        return Wake::Gone;
                     }
                 }
                 _ = async { match idle_limit { Some(t) => t.await, None => std::future::pending().await } } => {

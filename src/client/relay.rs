@@ -188,6 +188,9 @@ impl Session {
                 Err(ev) => return Poll::Ready(ev),
             }
 
+            if self.listening() {
+                self.add_notifications();
+            }
             let ready = self.sframe.scanned();
             if ready > 0 {
                 match Pin::new(&mut self.stream).poll_write(cx, &self.outbuf[..ready]) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::{Extras, Session, INTERNAL_QUERY_TIMEOUT};
+use super::{Extras, Session, INTERNAL_QUERY_TIMEOUT, PINNED};
 use crate::gucs::{self, Gucs, PIN_ROW};
 use crate::pool::Lease;
 use crate::protocol::framer::Frame;
@@ -31,10 +31,15 @@ impl Session {
         };
         let body = &self.inbuf[body];
         let e = match frame.tag {
-            b'Q' => effects::effects(
-                body.strip_suffix(b"\0").unwrap_or(body),
-                body.ends_with(b"\0"),
-            ),
+            b'Q' => {
+                let text = body.strip_suffix(b"\0").unwrap_or(body);
+                let e = effects::effects(text, body.ends_with(b"\0"));
+                if self.listening() && e.flags & effects::UNPIN != 0 {
+                    let text = text.to_vec();
+                    self.note_unlistens(&text);
+                }
+                e
+            }
             b'P' => {
                 let mut parts = body.splitn(3, |&b| b == 0);
                 let unnamed = parts.next().is_some_and(<[u8]>::is_empty);
@@ -114,7 +119,7 @@ impl Session {
             }
         }
         let exact = flags & EXACT != 0;
-        let pins = flags & PIN != 0 || (self.pinned && flags & UNPIN != 0);
+        let pins = flags & PIN != 0 || (self.pinned() && flags & UNPIN != 0);
         if flags & RESET_ALL != 0 {
             self.restore_startup_params(held);
         }
@@ -185,8 +190,8 @@ impl Session {
     }
 
     fn set_pinned(&mut self, by: Option<String>) {
-        let was = self.pinned;
-        self.pinned = by.is_some();
+        let was = self.pinned();
+        self.set_tie(PINNED, by.is_some());
         match (&by, was) {
             (Some(why), false) => {
                 self.pool.pinned.fetch_add(1, Ordering::Relaxed);
@@ -205,10 +210,10 @@ impl Session {
     /// Leaves nothing of the client's on a server it gives back for good: what pinned it
     /// and what it set that was not read back. False when the server must be closed.
     pub(super) async fn clean_for_next(&mut self, held: &mut Lease) -> bool {
-        if !self.pinned && self.touched == 0 {
+        if !self.pinned() && self.touched == 0 {
             return true;
         }
-        if self.pinned {
+        if self.pinned() {
             self.set_pinned(None);
         }
         self.touched = 0;

@@ -1,6 +1,6 @@
 //! Logged-in clients: their cancel key, where they are, what they are doing.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use std::task::{Context, Poll};
@@ -87,6 +87,8 @@ pub struct ClientInfo {
     prepared: AtomicU32,
     /// What keeps it on its server in a pooled mode (gucs::pin_bits), 0 when nothing.
     pinned: AtomicU8,
+    /// Notifications wait for it in its pool's listening hub (crate::listen).
+    notified: AtomicBool,
     /// Its session parameters as of its login, for RESET ALL (client::state). Kept here
     /// rather than in the session, whose size every idle client pays in a size class.
     startup: arc_swap::ArcSwapOption<crate::params::ParamSet>,
@@ -154,6 +156,29 @@ impl ClientInfo {
     /// A safe shutdown began: the session leaves when it holds no server in a transaction.
     pub fn stop(&self) {
         self.raise(STOP);
+    }
+
+    /// Notifications arrived for it (crate::listen): its task is woken to pass them on.
+    pub fn notify(&self) {
+        self.notified.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    pub fn take_notified(&self) -> bool {
+        self.notified.load(Ordering::Acquire) && self.notified.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves with STOP or PARK when set, and (with no bits) when notified.
+    pub async fn stopped_parking_or_notified(&self) -> u8 {
+        std::future::poll_fn(|cx| {
+            let bits = self.poll_signals(cx) & (STOP | PARK);
+            if bits != 0 || self.notified.load(Ordering::Acquire) {
+                Poll::Ready(bits)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     pub fn raise(&self, signal: u8) {
@@ -232,11 +257,6 @@ impl ClientInfo {
         self.wait_since.store(now, Ordering::Relaxed);
         self.state
             .store(ClientState::Waiting as u8, Ordering::Relaxed);
-    }
-
-    /// Resolves with STOP or PARK, whichever is set.
-    pub async fn stopped_or_parking(&self) -> u8 {
-        self.any_of(STOP | PARK).await
     }
 
     /// Takes the PARK signal; the idle count starts again, so a client that stays
@@ -362,6 +382,7 @@ impl ClientHandle {
                 kill_reason: AtomicU8::new(0),
                 prepared: AtomicU32::new(0),
                 pinned: AtomicU8::new(0),
+                notified: AtomicBool::new(false),
                 startup: arc_swap::ArcSwapOption::empty(),
             },
         );

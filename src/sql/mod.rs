@@ -52,6 +52,36 @@ pub enum Pin {
     HoldCursor,
 }
 
+/// LISTEN (true) or UNLISTEN (false) a channel; None for UNLISTEN *.
+pub type ListenOp = (bool, Option<String>);
+
+/// The LISTENs and UNLISTENs of a query made of nothing else (None otherwise).
+pub fn listen_only(sql: &str) -> Option<Vec<ListenOp>> {
+    let toks = lexer::tokens(sql);
+    let mut ops = Vec::new();
+    for stmt in toks.split(|t| t.tok == Tok::Semi).filter(|s| !s.is_empty()) {
+        match statement(sql, stmt)? {
+            Stmt::Listen { channel } => ops.push((true, Some(channel))),
+            Stmt::Unlisten { channel } => ops.push((false, channel)),
+            _ => return None,
+        }
+    }
+    (!ops.is_empty()).then_some(ops)
+}
+
+/// The channels a query stops listening on, wherever they are in it: UNLISTEN, and
+/// DISCARD ALL (every channel, as None).
+pub fn unlistens(sql: &str) -> Vec<Option<String>> {
+    let toks = lexer::tokens(sql);
+    toks.split(|t| t.tok == Tok::Semi)
+        .filter_map(|stmt| match statement(sql, stmt) {
+            Some(Stmt::Unlisten { channel }) => Some(channel),
+            Some(Stmt::DiscardAll) => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The recognized statements of a Query string, in order; others are skipped.
 #[cfg(test)]
 pub fn classify(sql: &str) -> Vec<Stmt> {

@@ -101,6 +101,22 @@ fn set_config_literals_and_params() {
 }
 
 #[test]
+fn listen_only_queries() {
+    assert_eq!(
+        listen_only("LISTEN a; listen \"B\";"),
+        Some(vec![(true, Some("a".into())), (true, Some("B".into()))])
+    );
+    assert_eq!(listen_only("unlisten *"), Some(vec![(false, None)]));
+    assert_eq!(listen_only("listen a; select 1"), None);
+    assert_eq!(listen_only(";"), None);
+    assert_eq!(
+        unlistens("select pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; unlisten x"),
+        vec![None, Some("x".into())]
+    );
+    assert_eq!(unlistens("discard all"), vec![None]);
+}
+
+#[test]
 fn listen_and_pins() {
     assert_eq!(
         classify("LISTEN jobs"),
