@@ -61,5 +61,14 @@ def client(i):
         row = conn.execute("show search_path").fetchone()
         check(row[0] == f"drv_schema_{i}, public", f"client {i}: search_path {row[0]!r}")
 
+        # LISTEN (psycopg sends it with the extended protocol): every client hears the
+        # NOTIFY client 0 sends once all listen.
+        conn.execute("LISTEN drv_psycopg_all")
+        barrier.wait()
+        if i == 0:
+            conn.execute("NOTIFY drv_psycopg_all, 'hello'")
+        got = [n.payload for n in conn.notifies(timeout=20, stop_after=1)]
+        check(got == ["hello"], f"client {i}: notifications {got!r}")
+
 
 run_clients(client, barrier, f"psycopg {psycopg.__version__}")
