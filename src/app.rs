@@ -20,6 +20,8 @@ pub struct Snapshot {
     pub auth_file: AuthFile,
     /// The auth_file's secrets, parsed once here rather than at every login.
     secrets: HashMap<String, Secret>,
+    /// TLS towards clients, with the certificates and keys as read at this load.
+    pub client_tls: Arc<crate::tls::accept::ClientTls>,
 }
 
 impl Snapshot {
@@ -28,15 +30,24 @@ impl Snapshot {
             .iter()
             .map(|(user, text)| (user.clone(), Secret::parse(text)))
             .collect();
+        // A load (startup, RELOAD) has checked the files already (`load`); an admin SET
+        // that makes them unusable keeps TLS off rather than failing the SET.
+        let client_tls = crate::tls::accept::ClientTls::from_config(&config.general)
+            .unwrap_or_else(|e| {
+                tracing::error!("{e}");
+                crate::tls::accept::ClientTls::disabled()
+            });
         Snapshot {
             config,
             auth_file,
             secrets,
+            client_tls: Arc::new(client_tls),
         }
     }
 
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let config = weir_config::load(path).map_err(|e| e.to_string())?;
+        crate::tls::accept::ClientTls::from_config(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
             None => AuthFile::default(),

@@ -25,6 +25,7 @@ mod stats;
 mod stream;
 mod tcp_options;
 mod timers;
+mod tls;
 mod workers;
 
 use std::process::ExitCode;

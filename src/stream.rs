@@ -1,4 +1,5 @@
-//! A socket of either kind Weir talks over: TCP or a Unix-domain socket.
+//! A socket of either kind Weir talks over: TCP or a Unix-domain socket, in the clear or
+//! in TLS.
 
 use std::io;
 use std::pin::Pin;
@@ -14,6 +15,24 @@ pub enum Stream {
     /// Taken out of the runtime while its client is parked (client::park): every
     /// operation fails until it is unparked.
     Parked(StdSocket),
+    /// TLS over one of the above (either side: tokio-rustls' stream is an enum). The
+    /// socket stays a `Stream`, so that it can be moved to another runtime (`rebind`)
+    /// with its TLS session. Boxed: rustls' state is large, and most streams are plain.
+    Tls(Box<tokio_rustls::TlsStream<Stream>>),
+}
+
+fn tls_socket(t: &tokio_rustls::TlsStream<Stream>) -> &Stream {
+    match t {
+        tokio_rustls::TlsStream::Client(c) => c.get_ref().0,
+        tokio_rustls::TlsStream::Server(s) => s.get_ref().0,
+    }
+}
+
+fn tls_socket_mut(t: &mut tokio_rustls::TlsStream<Stream>) -> &mut Stream {
+    match t {
+        tokio_rustls::TlsStream::Client(c) => c.get_mut().0,
+        tokio_rustls::TlsStream::Server(s) => s.get_mut().0,
+    }
 }
 
 /// A socket outside any runtime, non-blocking, as a parked client keeps it.
@@ -42,22 +61,52 @@ fn detached() -> io::Error {
 impl Stream {
     /// Tries a non-blocking read: used to see whether an idle server connection was closed
     /// (or sent something unasked) while it sat in the pool.
+    /// Over TLS the bytes are only peeked at (reading them would take them from the TLS
+    /// session): what matters to the caller is whether anything or EOF arrived.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
             Stream::Parked(_) => Err(detached()),
+            Stream::Tls(t) => {
+                // SAFETY: MaybeUninit<u8> has u8's layout, and peek only writes into it.
+                let spare = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        buf.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+                        buf.len(),
+                    )
+                };
+                // The socket is non-blocking (Tokio's): nothing there is WouldBlock.
+                match tls_socket(t) {
+                    Stream::Tcp(s) => socket2::SockRef::from(s).peek(spare),
+                    Stream::Unix(s) => socket2::SockRef::from(s).peek(spare),
+                    _ => Err(detached()),
+                }
+            }
         }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
     }
 
     /// Takes the socket out of the runtime (its readiness record is freed); returns its
     /// file descriptor, for the parking lot to watch.
     pub fn park(&mut self) -> io::Result<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
+        if self.is_tls() {
+            // The TLS session would have to be kept apart from the socket: TLS clients
+            // keep their tasks instead.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "TLS clients are not parked",
+            ));
+        }
         let std = match std::mem::replace(self, Stream::Parked(StdSocket::None)) {
             Stream::Tcp(s) => StdSocket::Tcp(s.into_std()?),
             Stream::Unix(s) => StdSocket::Unix(s.into_std()?),
             Stream::Parked(s) => s,
+            Stream::Tls(_) => unreachable!("checked above"),
         };
         let fd = std.as_raw_fd();
         *self = Stream::Parked(std);
@@ -86,11 +135,13 @@ impl Stream {
     }
 
     /// Writes without waiting; WouldBlock when the socket is not known to be writable.
+    /// Not over TLS (the bytes would skip the encryption): WouldBlock there.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
             Stream::Unix(s) => s.try_write(buf),
             Stream::Parked(_) => Err(detached()),
+            Stream::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -104,7 +155,7 @@ impl Stream {
         let n = match self {
             Stream::Tcp(s) => socket2::SockRef::from(s).recv(spare)?,
             Stream::Unix(s) => socket2::SockRef::from(s).recv(spare)?,
-            Stream::Parked(_) => return Err(detached()),
+            Stream::Parked(_) | Stream::Tls(_) => return Err(detached()),
         };
         // SAFETY: recv initialised the first n bytes of the spare capacity.
         unsafe { buf.set_len(buf.len() + n) };
@@ -119,15 +170,33 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s.into_std()?)?),
             Stream::Unix(s) => Stream::Unix(UnixStream::from_std(s.into_std()?)?),
             Stream::Parked(_) => return Err(detached()),
+            Stream::Tls(mut t) => {
+                let sock = tls_socket_mut(&mut t);
+                let plain = std::mem::replace(sock, Stream::Parked(StdSocket::None));
+                *sock = plain.rebind()?;
+                Stream::Tls(t)
+            }
         })
     }
 
     /// Ready once the socket has something to read (or is closed); needs no buffer.
+    /// Over TLS always ready: the session may hold decrypted bytes the socket does not
+    /// show (the read that follows waits properly).
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Unix(s) => s.poll_read_ready(cx),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Over TLS, pushes out what the session still holds of earlier writes (a write may
+    /// return having only encrypted its bytes); nothing to do otherwise.
+    pub fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+            _ => Poll::Ready(Ok(())),
         }
     }
 
@@ -146,6 +215,7 @@ impl Stream {
             Stream::Tcp(s) => s.local_addr().map_or(Endpoint::Unknown, Endpoint::tcp),
             Stream::Unix(_) => Endpoint::Unix,
             Stream::Parked(_) => Endpoint::Unknown,
+            Stream::Tls(t) => tls_socket(t).local(),
         }
     }
 }
@@ -201,6 +271,7 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
         }
     }
 }
@@ -215,6 +286,15 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(t) => {
+                // A write may leave records in the session when the socket is full: push
+                // them now, and the relay pushes the rest (`poll_flush_tls`).
+                let r = Pin::new(&mut **t).poll_write(cx, buf);
+                if matches!(r, Poll::Ready(Ok(_))) {
+                    let _ = Pin::new(&mut **t).poll_flush(cx);
+                }
+                r
+            }
         }
     }
 
@@ -227,6 +307,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -239,6 +320,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
         }
     }
 
@@ -247,6 +329,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Parked(_) => Poll::Ready(Err(detached())),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
         }
     }
 }

@@ -65,6 +65,22 @@ fn startup_setting(requested: &mut ParamSet, settings: &mut Gucs, name: &str, va
     }
 }
 
+/// The TLS handshake after the client's SSLRequest was answered 'S'.
+async fn start_tls(
+    stream: &mut Stream,
+    config: std::sync::Arc<rustls::ServerConfig>,
+) -> Result<(), Box<Refusal>> {
+    let plain = std::mem::replace(stream, Stream::Parked(crate::stream::StdSocket::None));
+    match tokio_rustls::TlsAcceptor::from(config).accept(plain).await {
+        Ok(tls) => {
+            *stream = Stream::Tls(Box::new(tokio_rustls::TlsStream::Server(tls)));
+            Ok(())
+        }
+        // The client cannot be told anything in the clear now; the log says why.
+        Err(e) => Err(PgError::fatal("08P01", format!("TLS handshake failed: {e}")).into()),
+    }
+}
+
 /// The console's database names, unless the configuration uses the name for a real database.
 pub fn is_admin_database(snap: &Snapshot, name: &str) -> bool {
     (name == "pgbouncer" || name == "weir") && snap.config.database(name).is_none()
@@ -113,10 +129,24 @@ pub async fn login(
                     // inject plaintext into what the client believes is a TLS session.
                     return Err(PgError::fatal("08P01", "unexpected data after SSL request").into());
                 }
-                stream
-                    .write_all(b"N")
-                    .await
-                    .map_err(|_| PgError::fatal("08006", "client gone"))?;
+                let tls = app.snapshot.load().client_tls.clone();
+                let ssl = matches!(startup::parse(&payload), Ok(StartupPacket::SslRequest));
+                match &tls.config {
+                    // TLS is for TCP: over the Unix socket the answer is no, as PgBouncer's.
+                    Some(config)
+                        if ssl && !stream.is_tls() && !matches!(stream, Stream::Unix(_)) =>
+                    {
+                        stream
+                            .write_all(b"S")
+                            .await
+                            .map_err(|_| PgError::fatal("08006", "client gone"))?;
+                        start_tls(stream, config.clone()).await?;
+                    }
+                    _ => stream
+                        .write_all(b"N")
+                        .await
+                        .map_err(|_| PgError::fatal("08006", "client gone"))?,
+                }
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
                 Box::pin(crate::cancel::forward(BackendKey { pid, secret })).await;
@@ -133,6 +163,9 @@ pub async fn login(
     };
 
     let snap = app.snapshot.load_full();
+    if snap.client_tls.required() && !stream.is_tls() && !matches!(stream, Stream::Unix(_)) {
+        return Err(PgError::fatal("28000", "SSL required").into());
+    }
     let mut user = None;
     let mut database = None;
     let mut requested = ParamSet::default();

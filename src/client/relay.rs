@@ -205,6 +205,12 @@ impl Session {
                 }
             }
 
+            if self.stream.is_tls() {
+                let _ = self.stream.poll_flush_tls(cx);
+            }
+            if server.stream.is_tls() {
+                let _ = server.stream.poll_flush_tls(cx);
+            }
             if self.exchange.terminated && self.cframe.scanned() == 0 {
                 return Poll::Ready(Event::ClientTerminated);
             }

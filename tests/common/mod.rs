@@ -18,6 +18,7 @@ pub mod console;
 pub mod http;
 pub mod pg;
 pub mod proto;
+pub mod tls;
 pub mod weir;
 
 use std::io::Read;

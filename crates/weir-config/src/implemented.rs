@@ -17,6 +17,17 @@ pub const IMPLEMENTED: &[&str] = &[
     "auth_user",
     "client_idle_timeout",
     "client_login_timeout",
+    "client_tls13_ciphers",
+    "client_tls_ca_file",
+    "client_tls_cert_file",
+    "client_tls_ciphers",
+    // rustls chooses the key exchange itself (ECDHE with X25519, P-256 or P-384; no
+    // finite-field DHE): these are accepted and have nothing to set.
+    "client_tls_dheparams",
+    "client_tls_ecdhcurve",
+    "client_tls_key_file",
+    "client_tls_protocols",
+    "client_tls_sslmode",
     "default_pool_size",
     "dns_max_ttl",
     // Weir's own (the HTTP metrics endpoint), not a PgBouncer option.
@@ -148,8 +159,8 @@ pub fn unimplemented_markdown() -> String {
         .copied()
         .filter(|n| !option_is_implemented(n, &defaults));
     format!(
-        "- `[pgbouncer]`: {}; `client_tls_sslmode` other than `disable`, and \
-         `server_tls_sslmode` `require`, `verify-ca`, `verify-full`.\n\
+        "- `[pgbouncer]`: {}; `server_tls_sslmode` `require`, `verify-ca`, \
+         `verify-full`.\n\
          - `[databases]` parameters: {}.\n\
          - `[users]` parameters: {}.\n",
         listed(general),
@@ -166,7 +177,6 @@ pub fn option_is_implemented(name: &str, general: &General) -> bool {
             general.server_tls_sslmode,
             SslMode::Disable | SslMode::Allow | SslMode::Prefer
         ),
-        "client_tls_sslmode" => general.client_tls_sslmode == SslMode::Disable,
         _ => IMPLEMENTED.contains(&name),
     }
 }
@@ -200,9 +210,8 @@ mod tests {
         assert!(option_is_implemented("server_tls_sslmode", &g));
         g.server_tls_sslmode = SslMode::Require;
         assert!(!option_is_implemented("server_tls_sslmode", &g));
+        g.client_tls_sslmode = SslMode::VerifyFull;
         assert!(option_is_implemented("client_tls_sslmode", &g));
-        g.client_tls_sslmode = SslMode::Allow;
-        assert!(!option_is_implemented("client_tls_sslmode", &g));
         assert!(!option_is_implemented("auth_hba_file", &g));
     }
 }

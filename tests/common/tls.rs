@@ -1,0 +1,127 @@
+//! Certificates for TLS tests, made with the openssl command: a CA, a server certificate
+//! for localhost and 127.0.0.1 signed by it, and client certificates.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Certs {
+    pub dir: tempfile::TempDir,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Certs {
+    /// A CA, and `server.crt`/`server.key` for localhost and 127.0.0.1.
+    pub fn new() -> Certs {
+        let dir = tempfile::Builder::new()
+            .prefix("weir-certs-")
+            .tempdir()
+            .expect("tempdir");
+        let d = dir.path();
+        openssl(
+            d,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "30",
+                "-subj",
+                "/CN=Weir Test CA",
+            ],
+        );
+        let certs = Certs { dir };
+        certs.sign(
+            "server",
+            "localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        );
+        certs
+    }
+
+    /// `<name>.crt`/`<name>.key` for a client whose certificate names `cn`.
+    pub fn client(&self, name: &str, cn: &str) {
+        self.sign(name, cn, "extendedKeyUsage=clientAuth\n");
+    }
+
+    fn sign(&self, name: &str, cn: &str, ext: &str) {
+        let d = self.dir.path();
+        let (key, csr, crt, extf) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={cn}"),
+            ],
+        );
+        std::fs::write(
+            d.join(&extf),
+            format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n{ext}"),
+        )
+        .expect("write ext");
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "30",
+                "-extfile",
+                &extf,
+            ],
+        );
+        // libpq refuses a key readable by others.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.join(&key), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod key");
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    pub fn p(&self, file: &str) -> String {
+        self.path(file).display().to_string()
+    }
+}

@@ -1,0 +1,156 @@
+//! TLS towards clients (issue 12): `client_tls_sslmode` with real libpq clients (psql).
+
+mod common;
+
+use common::tls::Certs;
+use common::*;
+
+fn with_tls(pg: &PgServer, certs: &Certs, mode: &str) -> WeirBuilder {
+    Weir::for_pg(pg)
+        .set("client_tls_sslmode", mode)
+        .set("client_tls_cert_file", certs.p("server.crt"))
+        .set("client_tls_key_file", certs.p("server.key"))
+}
+
+/// psql with a connection string; Ok(stdout) or Err(stderr).
+fn psql(weir: &Weir, conninfo: &str, sql: &str) -> Result<String, String> {
+    psql_at(
+        "127.0.0.1",
+        weir.port(),
+        &format!("dbname=postgres {conninfo}"),
+        "postgres",
+        None,
+        sql,
+    )
+}
+
+#[test]
+fn require_takes_tls_clients_and_refuses_plain_ones() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "require").start();
+    assert_eq!(
+        psql(&weir, "sslmode=require", "select 1").as_deref(),
+        Ok("1")
+    );
+    let e = psql(&weir, "sslmode=disable", "select 1").expect_err("plain client accepted");
+    assert!(e.contains("SSL required"), "{e}");
+    // The Unix socket needs no TLS, as with PgBouncer.
+    let sock = weir.dir().display().to_string();
+    assert_eq!(
+        psql_at(&sock, weir.port(), "postgres", "postgres", None, "select 2").as_deref(),
+        Ok("2")
+    );
+    // libpq checks the certificate against the CA and the host name.
+    let full = format!(
+        "sslmode=verify-full sslrootcert={} host=localhost",
+        certs.p("ca.crt")
+    );
+    assert_eq!(psql(&weir, &full, "select 3").as_deref(), Ok("3"));
+}
+
+/// Large results and COPY both ways through TLS: records that do not fit the socket at
+/// once are pushed out as it drains.
+#[test]
+fn large_results_and_copy_over_tls() {
+    let pg = PgServer::start();
+    pg.exec("create table big (id int, v text)");
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "require")
+        .set("pool_mode", "transaction")
+        .start();
+    let sum = psql(
+        &weir,
+        "sslmode=require",
+        "select sum(length(repeat('x', g))) from generate_series(1, 3000) g",
+    );
+    assert_eq!(sum.as_deref(), Ok("4501500"));
+    let rows = psql(
+        &weir,
+        "sslmode=require",
+        "select count(*) from (select repeat('y', 1000) from generate_series(1, 20000)) s",
+    );
+    assert_eq!(rows.as_deref(), Ok("20000"));
+    let data: String = (0..20000)
+        .map(|i| format!("{i}\t{}\n", "z".repeat(100)))
+        .collect();
+    let copied = psql_full(
+        "127.0.0.1",
+        weir.port(),
+        "dbname=postgres sslmode=require",
+        "postgres",
+        None,
+        "copy big from stdin",
+        Some(data.as_bytes()),
+    );
+    assert!(copied.is_ok(), "{copied:?}");
+    assert_eq!(
+        psql(&weir, "sslmode=require", "select count(*) from big").as_deref(),
+        Ok("20000")
+    );
+    let out = psql(&weir, "sslmode=require", "copy big to stdout").expect("copy out");
+    assert_eq!(out.lines().count(), 20000);
+}
+
+#[test]
+fn prefer_takes_both() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "prefer").start();
+    assert_eq!(
+        psql(&weir, "sslmode=require", "select 1").as_deref(),
+        Ok("1")
+    );
+    assert_eq!(
+        psql(&weir, "sslmode=disable", "select 1").as_deref(),
+        Ok("1")
+    );
+}
+
+/// verify-ca: the client must show a certificate the CA signed.
+#[test]
+fn verify_ca_needs_a_client_certificate() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    certs.client("client", "postgres");
+    let weir = with_tls(&pg, &certs, "verify-ca")
+        .set("client_tls_ca_file", certs.p("ca.crt"))
+        .start();
+    let e = psql(&weir, "sslmode=require", "select 1").expect_err("no certificate accepted");
+    assert!(!e.is_empty());
+    let with_cert = format!(
+        "sslmode=require sslcert={} sslkey={}",
+        certs.p("client.crt"),
+        certs.p("client.key")
+    );
+    assert_eq!(psql(&weir, &with_cert, "select 1").as_deref(), Ok("1"));
+    assert!(
+        weir.log().contains("TLS handshake failed"),
+        "{}",
+        weir.log_tail()
+    );
+}
+
+/// A key file that cannot be used stops Weir at startup with a message naming it.
+#[test]
+fn a_bad_key_file_is_a_startup_error() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    std::fs::write(certs.path("bad.key"), "not a key\n").expect("write");
+    let mut weir = with_tls(&pg, &certs, "require")
+        .set("client_tls_key_file", certs.p("bad.key"))
+        .spawn();
+    let status = weir.wait_exit(std::time::Duration::from_secs(10));
+    assert!(status.is_some_and(|s| !s.success()), "weir kept running");
+    let err = weir.stderr();
+    assert!(err.contains("bad.key"), "{err}");
+    let mut weir = with_tls(&pg, &certs, "require")
+        .set("client_tls_ciphers", "ECDHE-RSA-AES128-GCM-SHA257")
+        .spawn();
+    assert!(weir
+        .wait_exit(std::time::Duration::from_secs(10))
+        .is_some_and(|s| !s.success()));
+    assert!(weir
+        .stderr()
+        .contains("unknown TLS cipher: ECDHE-RSA-AES128-GCM-SHA257"));
+}
