@@ -22,6 +22,30 @@ pub struct Snapshot {
     secrets: HashMap<String, Secret>,
     /// TLS towards clients, with the certificates and keys as read at this load.
     pub client_tls: Arc<crate::tls::accept::ClientTls>,
+    /// auth_hba_file and auth_ident_file as read at this load.
+    pub hba: Option<Arc<weir_config::hba::Hba>>,
+    pub ident: Option<Arc<weir_config::hba::Ident>>,
+}
+
+type AuthFiles = (
+    Option<Arc<weir_config::hba::Hba>>,
+    Option<Arc<weir_config::hba::Ident>>,
+);
+
+/// auth_hba_file (needed by auth_type hba) and auth_ident_file.
+fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
+    let hba = match (&g.auth_hba_file, g.auth_type) {
+        (Some(p), _) => Some(Arc::new(weir_config::hba::Hba::load(p)?)),
+        (None, weir_config::AuthType::Hba) => {
+            return Err("auth_type = hba needs auth_hba_file".into())
+        }
+        (None, _) => None,
+    };
+    let ident = match &g.auth_ident_file {
+        Some(p) => Some(Arc::new(weir_config::hba::Ident::load(p)?)),
+        None => None,
+    };
+    Ok((hba, ident))
 }
 
 impl Snapshot {
@@ -37,17 +61,24 @@ impl Snapshot {
                 tracing::error!("{e}");
                 crate::tls::accept::ClientTls::disabled()
             });
+        let (hba, ident) = auth_files(&config.general).unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            (None, None)
+        });
         Snapshot {
             config,
             auth_file,
             secrets,
             client_tls: Arc::new(client_tls),
+            hba,
+            ident,
         }
     }
 
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let config = weir_config::load(path).map_err(|e| e.to_string())?;
         crate::tls::accept::ClientTls::from_config(&config.general)?;
+        auth_files(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
             None => AuthFile::default(),

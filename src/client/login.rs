@@ -9,6 +9,7 @@ use weir_auth::scram::{Credential, ServerSession, MECHANISM};
 use weir_auth::Secret;
 use weir_config::AuthType;
 
+use super::auth_method::{self, Method};
 use crate::app::{App, Snapshot};
 use crate::gucs::Gucs;
 use crate::params::{tracked_name, ParamSet};
@@ -261,7 +262,9 @@ pub async fn login(
             )));
         }
         if !own_user {
-            authenticate(&snap, stream, buf, &user, snap.secret(&user))
+            let method =
+                auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
+            authenticate(&snap, stream, buf, &user, snap.secret(&user), method)
                 .await
                 .map_err(refuse)?;
         }
@@ -291,8 +294,11 @@ pub async fn login(
         return Err(refuse(e));
     }
 
+    let method = auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
     let mut looked_up = None;
-    if snap.secret(&user).is_none() && !matches!(snap.config.general.auth_type, AuthType::Any) {
+    // trust still looks the user up: an unknown one is refused, as PgBouncer does.
+    let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
+    if snap.secret(&user).is_none() && needs_secret {
         if let Some(src) = crate::auth_query::source(&snap, &database) {
             looked_up = Box::pin(crate::auth_query::lookup(app, &snap, &src, &user))
                 .await
@@ -300,7 +306,7 @@ pub async fn login(
         }
     }
     let secret = snap.secret(&user).or(looked_up.as_ref());
-    let scram_keys = authenticate(&snap, stream, buf, &user, secret)
+    let scram_keys = authenticate(&snap, stream, buf, &user, secret, method)
         .await
         .map_err(refuse)?;
     let g = &snap.config.general;
@@ -404,8 +410,8 @@ async fn authenticate(
     buf: &mut BytesMut,
     user: &str,
     secret: Option<&Secret>,
+    method: Method,
 ) -> Result<Option<Credential>, PgError> {
-    let auth_type = snap.config.general.auth_type;
     let known = secret.is_some();
     // An unknown user goes through the same exchange as a known one and fails at the same
     // point, as in PostgreSQL, so a client cannot probe which users exist.
@@ -419,13 +425,15 @@ async fn authenticate(
     };
     let mut out = BytesMut::new();
     let mut keys = None;
-    match (auth_type, &secret) {
-        (AuthType::Any, _) => {}
-        (AuthType::Trust, _) if known => {}
-        (AuthType::Trust, _) => {
-            return Err(PgError::fatal("28000", format!("no such user: {user}")))
-        }
-        (AuthType::Plain, _) => {
+    match (method, &secret) {
+        (Method::Any, _) => {}
+        (Method::Trust, _) if known => {}
+        // hba's trust, as PostgreSQL's, needs no auth_file entry: the rule is the proof.
+        (Method::Trust, _) if snap.config.general.auth_type == AuthType::Hba => {}
+        (Method::Trust, _) => return Err(PgError::fatal("28000", format!("no such user: {user}"))),
+        (Method::Cert(map), _) => auth_method::check_cert(snap, stream, user, map.as_deref())?,
+        (Method::Peer(map), _) => auth_method::check_peer(snap, stream, user, map.as_deref())?,
+        (Method::Password, _) => {
             messages::auth_request(&mut out, AUTH_CLEARTEXT, &[]);
             send(stream, &out).await?;
             let body = read_password(stream, buf).await?;
@@ -435,7 +443,7 @@ async fn authenticate(
                 _ => return Err(password_failed(user)),
             }
         }
-        (AuthType::Md5, Some(Secret::Plain(_) | Secret::Md5(_))) => {
+        (Method::Md5, Some(Secret::Plain(_) | Secret::Md5(_))) => {
             let salt: [u8; 4] = rand::random();
             messages::auth_request(&mut out, AUTH_MD5, &salt);
             send(stream, &out).await?;
@@ -450,7 +458,7 @@ async fn authenticate(
             }
         }
         // md5 with a SCRAM secret cannot work; PgBouncer upgrades the exchange to SCRAM.
-        (AuthType::Md5 | AuthType::ScramSha256, Some(s)) => {
+        (Method::Md5 | Method::Scram, Some(s)) => {
             let Some(session) = ServerSession::new(s) else {
                 return Err(password_failed(user));
             };
@@ -460,12 +468,13 @@ async fn authenticate(
                 return Err(password_failed(user));
             }
         }
-        (other, _) => {
+        (Method::Unsupported(name), _) => {
             return Err(PgError::fatal(
                 "28000",
-                format!("auth_type {} is not supported yet", other.as_str()),
+                format!("auth_type {name} is not supported yet"),
             ));
         }
+        (Method::Md5 | Method::Scram, None) => return Err(password_failed(user)),
     }
     // AuthenticationOk is not sent here: it goes out with the rest of the welcome, in one
     // write.

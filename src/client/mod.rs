@@ -1,5 +1,6 @@
 //! One task per client: log it in, then lend it a server whenever it has something to run.
 
+mod auth_method;
 mod listen;
 pub mod login;
 pub mod park;

@@ -12,6 +12,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "application_name_add_host",
     "auth_dbname",
     "auth_file",
+    "auth_hba_file",
+    "auth_ident_file",
     "auth_query",
     "auth_type",
     "auth_user",
@@ -212,6 +214,6 @@ mod tests {
         assert!(!option_is_implemented("server_tls_sslmode", &g));
         g.client_tls_sslmode = SslMode::VerifyFull;
         assert!(option_is_implemented("client_tls_sslmode", &g));
-        assert!(!option_is_implemented("auth_hba_file", &g));
+        assert!(!option_is_implemented("auth_ldap_options", &g));
     }
 }

@@ -12,6 +12,7 @@ mod database;
 mod enums;
 mod error;
 mod general;
+pub mod hba;
 mod implemented;
 mod ini;
 mod loader;

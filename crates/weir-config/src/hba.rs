@@ -1,0 +1,493 @@
+//! `auth_hba_file` (pg_hba.conf format, as PgBouncer reads it) and `auth_ident_file`
+//! (pg_ident.conf format, for `map=`).
+//!
+//! Record types local, host, hostssl, hostnossl; databases `all`, `sameuser`, `@file` and
+//! names; users `all`, `@file` and names; addresses IPv4/IPv6 with a prefix length or a
+//! separate mask, `all`; methods trust, reject, md5, password, scram-sha-256, cert, peer;
+//! the option `map=`. A quoted name is a name even when it spells a keyword.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnType {
+    Local,
+    Host,
+    HostSsl,
+    HostNoSsl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Trust,
+    Reject,
+    Md5,
+    Password,
+    ScramSha256,
+    Cert,
+    Peer,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Name {
+    All,
+    SameUser,
+    Is(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Address {
+    All,
+    Net(IpAddr, u8),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub line: usize,
+    conn: ConnType,
+    databases: Vec<Name>,
+    users: Vec<Name>,
+    address: Option<Address>,
+    pub method: Method,
+    /// `map=` (a map of auth_ident_file).
+    pub map: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hba {
+    rules: Vec<Rule>,
+}
+
+/// Who is connecting, for matching.
+#[derive(Debug, Clone, Copy)]
+pub struct Conn<'a> {
+    /// None over the Unix socket.
+    pub addr: Option<IpAddr>,
+    pub tls: bool,
+    pub database: &'a str,
+    pub user: &'a str,
+}
+
+impl Hba {
+    pub fn load(path: &Path) -> Result<Hba, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Hba::parse(&text, path.parent().unwrap_or(Path::new(".")))
+            .map_err(|e| format!("{}:{e}", path.display()))
+    }
+
+    /// `dir` is where `@file` names are looked up.
+    pub fn parse(text: &str, dir: &Path) -> Result<Hba, String> {
+        let mut rules = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let fields = fields(line);
+            if fields.is_empty() {
+                continue;
+            }
+            rules.push(rule(i + 1, &fields, dir).map_err(|e| format!("{}: {e}", i + 1))?);
+        }
+        Ok(Hba { rules })
+    }
+
+    /// The first rule that matches, as PostgreSQL picks it; None: no rule, the client is
+    /// refused.
+    pub fn find(&self, c: &Conn<'_>) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.matches(c))
+    }
+}
+
+impl Rule {
+    fn matches(&self, c: &Conn<'_>) -> bool {
+        let conn = match self.conn {
+            ConnType::Local => c.addr.is_none(),
+            ConnType::Host => c.addr.is_some(),
+            ConnType::HostSsl => c.addr.is_some() && c.tls,
+            ConnType::HostNoSsl => c.addr.is_some() && !c.tls,
+        };
+        let name_in = |names: &[Name], name: &str| {
+            names.iter().any(|n| match n {
+                Name::All => true,
+                Name::SameUser => c.database == c.user,
+                Name::Is(s) => s == name,
+            })
+        };
+        let addr = match (&self.address, c.addr) {
+            (None, _) | (Some(Address::All), _) => true,
+            (Some(Address::Net(net, bits)), Some(ip)) => in_net(ip, *net, *bits),
+            (Some(_), None) => false,
+        };
+        conn && addr && name_in(&self.databases, c.database) && name_in(&self.users, c.user)
+    }
+}
+
+fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
+    // An IPv4 client on an IPv6 socket comes as ::ffff:a.b.c.d.
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(bits))
+            };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(bits))
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+/// A field and whether it was quoted.
+type Field = (String, bool);
+
+/// The fields of a line: blank-separated, `"..."` quoted (`""` inside for a quote),
+/// `#` starting a comment outside quotes. Commas separate list items within a field and
+/// are kept.
+fn fields(line: &str) -> Vec<Field> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => {
+                in_quotes = !in_quotes;
+                quoted = true;
+            }
+            '#' if !in_quotes => break,
+            c if c.is_whitespace() && !in_quotes => {
+                if !cur.is_empty() || quoted {
+                    out.push((std::mem::take(&mut cur), quoted));
+                    quoted = false;
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() || quoted {
+        out.push((cur, quoted));
+    }
+    out
+}
+
+fn names(field: &Field, dir: &Path, database: bool) -> Result<Vec<Name>, String> {
+    let (text, quoted) = field;
+    if *quoted {
+        // One quoted name (PostgreSQL also allows lists of quoted items; PgBouncer one).
+        return Ok(vec![Name::Is(text.clone())]);
+    }
+    let mut out = Vec::new();
+    for item in text.split(',').filter(|s| !s.is_empty()) {
+        match item {
+            "all" => out.push(Name::All),
+            "sameuser" if database => out.push(Name::SameUser),
+            "replication" | "samerole" | "samegroup" if database => {
+                return Err(format!("database \"{item}\" is not supported"))
+            }
+            i if i.starts_with('+') => {
+                return Err(format!("group names (\"{i}\") are not supported"))
+            }
+            i if i.starts_with('@') => {
+                let path = dir.join(&i[1..]);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                for line in text.lines() {
+                    for f in fields(line) {
+                        for n in f.0.split(',').filter(|s| !s.is_empty()) {
+                            out.push(Name::Is(n.to_owned()));
+                        }
+                    }
+                }
+            }
+            i => out.push(Name::Is(i.to_owned())),
+        }
+    }
+    if out.is_empty() {
+        return Err("empty name list".into());
+    }
+    Ok(out)
+}
+
+fn address(a: &str, mask: Option<&str>) -> Result<Address, String> {
+    if a == "all" {
+        return Ok(Address::All);
+    }
+    if a == "samehost" || a == "samenet" || a.starts_with('.') {
+        return Err(format!("address \"{a}\" is not supported"));
+    }
+    let (ip, bits) = match a.split_once('/') {
+        Some((ip, bits)) => {
+            let ip: IpAddr = ip.parse().map_err(|_| format!("invalid address \"{a}\""))?;
+            let bits: u8 = bits
+                .parse()
+                .map_err(|_| format!("invalid prefix length in \"{a}\""))?;
+            (ip, bits)
+        }
+        None => {
+            let ip: IpAddr = a
+                .parse()
+                .map_err(|_| format!("invalid address \"{a}\" (host names are not supported)"))?;
+            let Some(mask) = mask else {
+                return Err(format!("address \"{a}\" needs a prefix length or a mask"));
+            };
+            let m: IpAddr = mask
+                .parse()
+                .map_err(|_| format!("invalid mask \"{mask}\""))?;
+            let bits = match m {
+                IpAddr::V4(m) => mask_bits(u128::from(u32::from(m)) << 96)?,
+                IpAddr::V6(m) => mask_bits(u128::from(m))?,
+            };
+            (ip, bits)
+        }
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if bits > max {
+        return Err(format!("prefix length {bits} too long for \"{a}\""));
+    }
+    Ok(Address::Net(ip, bits))
+}
+
+fn mask_bits(m: u128) -> Result<u8, String> {
+    let bits = m.leading_ones();
+    if m.checked_shl(bits).unwrap_or(0) != 0 {
+        return Err("mask is not contiguous".into());
+    }
+    Ok(bits as u8)
+}
+
+fn method(m: &str) -> Result<Method, String> {
+    Ok(match m {
+        "trust" => Method::Trust,
+        "reject" => Method::Reject,
+        "md5" => Method::Md5,
+        "password" => Method::Password,
+        "scram-sha-256" => Method::ScramSha256,
+        "cert" => Method::Cert,
+        "peer" => Method::Peer,
+        other => {
+            return Err(format!(
+                "authentication method \"{other}\" is not supported"
+            ))
+        }
+    })
+}
+
+fn rule(line: usize, f: &[Field], dir: &Path) -> Result<Rule, String> {
+    let conn = match f[0].0.as_str() {
+        "local" => ConnType::Local,
+        "host" => ConnType::Host,
+        "hostssl" => ConnType::HostSsl,
+        "hostnossl" => ConnType::HostNoSsl,
+        other => return Err(format!("invalid connection type \"{other}\"")),
+    };
+    let need = |n: usize| {
+        f.get(n)
+            .ok_or_else(|| "end-of-line before authentication method".to_string())
+    };
+    let databases = names(need(1)?, dir, true)?;
+    let users = names(need(2)?, dir, false)?;
+    let mut at = 3;
+    let address = if conn == ConnType::Local {
+        None
+    } else {
+        let a = &need(3)?.0;
+        // A separate mask follows an address without a prefix length.
+        let mask = (!a.contains('/') && a != "all")
+            .then(|| f.get(4).map(|m| m.0.as_str()))
+            .flatten();
+        at = if mask.is_some() { 5 } else { 4 };
+        Some(address(a, mask)?)
+    };
+    let method = method(&need(at)?.0)?;
+    if method == Method::Peer && conn != ConnType::Local {
+        return Err("peer authentication is only supported on local sockets".into());
+    }
+    let mut map = None;
+    for (opt, _) in &f[at + 1..] {
+        match opt.split_once('=') {
+            Some(("map", m)) => map = Some(m.to_owned()),
+            // What PostgreSQL checks itself (clientcert) the TLS settings decide here.
+            Some(("clientcert", _)) => {}
+            _ => return Err(format!("invalid authentication option \"{opt}\"")),
+        }
+    }
+    Ok(Rule {
+        line,
+        conn,
+        databases,
+        users,
+        address,
+        method,
+        map,
+    })
+}
+
+/// `auth_ident_file`: map name -> (system or certificate name, database user).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ident {
+    entries: Vec<(String, String, String)>,
+}
+
+impl Ident {
+    pub fn load(path: &Path) -> Result<Ident, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ident::parse(&text).map_err(|e| format!("{}:{e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Ident, String> {
+        let mut entries = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let f = fields(line);
+            match f.as_slice() {
+                [] => {}
+                [(m, _), (sys, q), (user, _)] => {
+                    if sys.starts_with('/') && !q {
+                        return Err(format!("{}: regular expressions are not supported", i + 1));
+                    }
+                    entries.push((m.clone(), sys.clone(), user.clone()));
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: expected MAPNAME SYSTEM-USERNAME PG-USERNAME",
+                        i + 1
+                    ))
+                }
+            }
+        }
+        Ok(Ident { entries })
+    }
+
+    /// Whether `map` lets `system` (an OS user, a certificate's name) log in as `user`.
+    pub fn allows(&self, map: &str, system: &str, user: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|(m, s, u)| m == map && s == system && (u == user || u == "all"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hba(text: &str) -> Hba {
+        Hba::parse(text, Path::new(".")).expect("parse")
+    }
+
+    fn conn<'a>(addr: Option<&str>, tls: bool, db: &'a str, user: &'a str) -> Conn<'a> {
+        Conn {
+            addr: addr.map(|a| a.parse().expect("ip")),
+            tls,
+            database: db,
+            user,
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_wins() {
+        let h = hba("# comment\n\
+             local all all peer map=os\n\
+             hostssl app alice,bob 10.0.0.0/8 cert\n\
+             host all all 127.0.0.1 255.255.255.255 trust # inline\n\
+             hostnossl all all ::1/128 reject\n\
+             host sameuser all 0.0.0.0/0 scram-sha-256\n\
+             host \"all\" all ::/0 md5\n");
+        let m = |c: Conn<'_>| h.find(&c).map(|r| (r.line, r.method));
+        assert_eq!(m(conn(None, false, "x", "y")), Some((2, Method::Peer)));
+        assert_eq!(
+            h.find(&conn(None, false, "x", "y"))
+                .and_then(|r| r.map.clone()),
+            Some("os".into())
+        );
+        assert_eq!(
+            m(conn(Some("10.1.2.3"), true, "app", "bob")),
+            Some((3, Method::Cert))
+        );
+        assert_eq!(m(conn(Some("10.1.2.3"), false, "app", "bob")), None);
+        assert_eq!(
+            m(conn(Some("127.0.0.1"), false, "x", "y")),
+            Some((4, Method::Trust))
+        );
+        assert_eq!(
+            m(conn(Some("::ffff:127.0.0.1"), false, "x", "y")),
+            Some((4, Method::Trust))
+        );
+        assert_eq!(
+            m(conn(Some("::1"), false, "x", "y")),
+            Some((5, Method::Reject))
+        );
+        assert_eq!(
+            m(conn(Some("192.168.1.1"), true, "u", "u")),
+            Some((6, Method::ScramSha256))
+        );
+        // A quoted "all" is a database named all.
+        assert_eq!(
+            m(conn(Some("fe80::1"), false, "all", "y")),
+            Some((7, Method::Md5))
+        );
+        assert_eq!(m(conn(Some("fe80::1"), false, "other", "y")), None);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, want) in [
+            (
+                "host all all 10.0.0.0/8\n",
+                "1: end-of-line before authentication method",
+            ),
+            (
+                "hots all all 10.0.0.0/8 trust\n",
+                "1: invalid connection type \"hots\"",
+            ),
+            (
+                "\nhost all all example.com trust\n",
+                "2: invalid address \"example.com\" (host names are not supported)",
+            ),
+            (
+                "host all all 10.0.0.0/40 trust\n",
+                "1: prefix length 40 too long for \"10.0.0.0/40\"",
+            ),
+            (
+                "host all all 10.0.0.0/8 ldap\n",
+                "1: authentication method \"ldap\" is not supported",
+            ),
+            (
+                "host all +admins 10.0.0.0/8 md5\n",
+                "1: group names (\"+admins\") are not supported",
+            ),
+            (
+                "host all all 10.0.0.0 255.0.255.0 md5\n",
+                "1: mask is not contiguous",
+            ),
+        ] {
+            assert_eq!(
+                Hba::parse(text, Path::new(".")).err().as_deref(),
+                Some(want),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn ident_maps() {
+        let i =
+            Ident::parse("# map sys pg\nos root postgres\ncerts \"CN One\" app\n").expect("parse");
+        assert!(i.allows("os", "root", "postgres"));
+        assert!(!i.allows("os", "root", "app"));
+        assert!(i.allows("certs", "CN One", "app"));
+        assert!(Ident::parse("m /^(.*)$ \\1\n").is_err());
+    }
+}
