@@ -154,3 +154,40 @@ fn a_bad_key_file_is_a_startup_error() {
         .stderr()
         .contains("unknown TLS cipher: ECDHE-RSA-AES128-GCM-SHA257"));
 }
+
+/// SCRAM over TLS: SCRAM-SHA-256-PLUS is offered and libpq binds to Weir's certificate
+/// (channel_binding=require fails unless the binding is checked and correct); without TLS
+/// a client that requires binding is refused.
+#[test]
+fn scram_with_channel_binding() {
+    let pg = PgServer::start();
+    pg.create_user("bound", "b0und!", "scram-sha-256");
+    let verifier = pg.stored_password("bound");
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "prefer")
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("bound", &verifier)])
+        .start();
+    let run = |conninfo: &str, pw: &str| {
+        psql_at(
+            "127.0.0.1",
+            weir.port(),
+            &format!("dbname=postgres {conninfo}"),
+            "bound",
+            Some(pw),
+            "select current_user",
+        )
+    };
+    assert_eq!(
+        run("sslmode=require channel_binding=require", "b0und!").as_deref(),
+        Ok("bound")
+    );
+    let e = run("sslmode=require channel_binding=require", "wrong").expect_err("wrong password");
+    assert!(e.contains("password authentication failed"), "{e}");
+    assert_eq!(
+        run("sslmode=require channel_binding=disable", "b0und!").as_deref(),
+        Ok("bound")
+    );
+    let e = run("sslmode=disable channel_binding=require", "b0und!").expect_err("no TLS");
+    assert!(e.contains("channel binding"), "{e}");
+}

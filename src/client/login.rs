@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWriteExt;
-use weir_auth::scram::{Credential, ServerSession, MECHANISM};
+use weir_auth::scram::{Credential, ServerSession, MECHANISM, MECHANISM_PLUS};
 use weir_auth::Secret;
 use weir_config::AuthType;
 
@@ -463,7 +463,8 @@ async fn authenticate(
                 return Err(password_failed(user));
             };
             // Boxed: its state would otherwise size every login's future (md5 and trust too).
-            keys = Some(Box::pin(scram_exchange(stream, buf, session, user)).await?);
+            let end_point = snap.client_tls.end_point.clone();
+            keys = Some(Box::pin(scram_exchange(stream, buf, session, user, end_point)).await?);
             if !known {
                 return Err(password_failed(user));
             }
@@ -486,20 +487,31 @@ async fn scram_exchange(
     buf: &mut BytesMut,
     mut session: ServerSession,
     user: &str,
+    end_point: Option<Vec<u8>>,
 ) -> Result<Credential, PgError> {
     let malformed = || PgError::fatal("08P01", "malformed SCRAM message");
     let mut out = BytesMut::new();
-    messages::auth_sasl_mechanisms(&mut out, &[MECHANISM]);
+    // Over TLS, SCRAM-SHA-256-PLUS first, as PostgreSQL lists them: libpq binds by default
+    // (channel_binding=prefer), so a man in the middle with another certificate fails.
+    let plus = end_point.is_some() && stream.is_tls();
+    if let (true, Some(data)) = (plus, end_point) {
+        session = session.with_channel_binding(data);
+        messages::auth_sasl_mechanisms(&mut out, &[MECHANISM_PLUS, MECHANISM]);
+    } else {
+        messages::auth_sasl_mechanisms(&mut out, &[MECHANISM]);
+    }
     send(stream, &out).await?;
 
     let mut initial = read_password(stream, buf).await?;
     let nul = initial.iter().position(|b| *b == 0).ok_or_else(malformed)?;
-    if &initial[..nul] != MECHANISM.as_bytes() {
+    let chosen = &initial[..nul];
+    if chosen != MECHANISM.as_bytes() && !(plus && chosen == MECHANISM_PLUS.as_bytes()) {
         return Err(PgError::fatal(
             "28000",
             "client selected an invalid SASL authentication mechanism",
         ));
     }
+    let chose_plus = chosen == MECHANISM_PLUS.as_bytes();
     initial.advance(nul + 1);
     if initial.len() < 4 {
         return Err(malformed());
@@ -508,7 +520,16 @@ async fn scram_exchange(
     if len < 0 || len as usize != initial.len() {
         return Err(malformed());
     }
-    let server_first = session.client_first(&initial).map_err(|_| malformed())?;
+    // The mechanism and the gs2 header must agree: PLUS binds ('p'), plain SCRAM does not.
+    if chose_plus != initial.first().is_some_and(|&b| b == b'p') {
+        return Err(malformed());
+    }
+    let server_first = session.client_first(&initial).map_err(|e| match e {
+        weir_auth::AuthError::ChannelBindingDowngrade => {
+            PgError::fatal("08P01", "SCRAM channel binding negotiation error")
+        }
+        _ => malformed(),
+    })?;
     out.clear();
     messages::auth_request(&mut out, AUTH_SASL_CONTINUE, &server_first);
     send(stream, &out).await?;

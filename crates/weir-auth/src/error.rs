@@ -11,6 +11,9 @@ pub enum AuthError {
     WrongPassword,
     #[error("SCRAM channel binding is not supported")]
     UnsupportedChannelBinding,
+    /// The client could bind and says the server cannot, but the server offered it.
+    #[error("SCRAM channel binding negotiation error")]
+    ChannelBindingDowngrade,
     #[error("client uses authorization identity, but it is not supported")]
     UnsupportedAuthzid,
     #[error("client requires an unsupported SCRAM extension")]

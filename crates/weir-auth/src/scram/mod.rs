@@ -13,6 +13,8 @@ pub use client::ClientSession;
 pub use server::{ServerFinal, ServerSession};
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";
+/// With channel binding (tls-server-end-point), offered over TLS.
+pub const MECHANISM_PLUS: &str = "SCRAM-SHA-256-PLUS";
 
 /// Iterations PostgreSQL uses for new verifiers (`scram_iterations` default).
 pub const DEFAULT_ITERATIONS: u32 = 4096;

@@ -11,6 +11,9 @@ use crate::{b64, ct, scram_secret, AuthError, ScramSecret, Secret};
 pub struct ServerSession {
     secret: ScramSecret,
     state: State,
+    /// tls-server-end-point data (RFC 5929) of the TLS connection the exchange runs on:
+    /// SCRAM-SHA-256-PLUS was offered, and a client that binds must bind to this.
+    binding: Option<Vec<u8>>,
     #[cfg(test)]
     fixed_nonce: Option<String>,
 }
@@ -18,7 +21,8 @@ pub struct ServerSession {
 enum State {
     Initial,
     SentFirst {
-        cbind_flag: u8,
+        /// What c= must carry: the gs2 header, and the binding data after a 'p'.
+        expected_cbind: Vec<u8>,
         client_first_bare: Vec<u8>,
         server_first: Vec<u8>,
         nonce: Vec<u8>,
@@ -75,9 +79,18 @@ impl ServerSession {
         ServerSession {
             secret,
             state: State::Initial,
+            binding: None,
             #[cfg(test)]
             fixed_nonce: None,
         }
+    }
+
+    /// The exchange runs over TLS with these tls-server-end-point data: SCRAM-SHA-256-PLUS
+    /// is offered, and a client that says it could bind but thinks the server cannot
+    /// ('y') is refused, as PostgreSQL refuses it (a downgrade).
+    pub fn with_channel_binding(mut self, data: Vec<u8>) -> ServerSession {
+        self.binding = Some(data);
+        self
     }
 
     #[cfg(test)]
@@ -103,7 +116,14 @@ impl ServerSession {
             return Err(AuthError::OutOfOrder);
         }
         self.state = State::Finished;
-        let (cbind_flag, client_first_bare, client_nonce) = parse_client_first(data)?;
+        let (gs2_header, client_first_bare, client_nonce) = parse_client_first(data)?;
+        let mut expected_cbind = gs2_header.to_vec();
+        match (gs2_header.first(), &self.binding) {
+            (Some(b'p'), Some(binding)) => expected_cbind.extend_from_slice(binding),
+            (Some(b'p'), None) => return Err(AuthError::UnsupportedChannelBinding),
+            (Some(b'y'), Some(_)) => return Err(AuthError::ChannelBindingDowngrade),
+            _ => {}
+        }
 
         let mut nonce = client_nonce.to_vec();
         nonce.extend_from_slice(self.server_nonce().as_bytes());
@@ -119,7 +139,7 @@ impl ServerSession {
         );
 
         self.state = State::SentFirst {
-            cbind_flag,
+            expected_cbind,
             client_first_bare: client_first_bare.to_vec(),
             server_first: server_first.clone(),
             nonce,
@@ -130,7 +150,7 @@ impl ServerSession {
     /// Takes SASLResponse data (client-final-message) and checks the proof.
     pub fn client_final(&mut self, data: &[u8]) -> Result<ServerFinal, AuthError> {
         let State::SentFirst {
-            cbind_flag,
+            expected_cbind,
             client_first_bare,
             server_first,
             nonce,
@@ -140,9 +160,8 @@ impl ServerSession {
         };
         let msg = parse_client_final(data)?;
 
-        // "n,," or "y,," base64-encoded: the only gs2 headers we let through
-        let expected_cbind: &[u8] = if cbind_flag == b'y' { b"eSws" } else { b"biws" };
-        if msg.channel_binding != expected_cbind {
+        // c= is the gs2 header (with the binding data when the client binds), base64.
+        if msg.channel_binding != b64::encode(&expected_cbind).as_bytes() {
             return Err(AuthError::Malformed(
                 "unexpected SCRAM channel-binding attribute in client-final-message",
             ));
@@ -170,21 +189,24 @@ impl ServerSession {
     }
 }
 
-/// Splits client-first-message into its cbind flag, the bare part and the
-/// client nonce, rejecting what PostgreSQL rejects.
-fn parse_client_first(data: &[u8]) -> Result<(u8, &[u8], &[u8]), AuthError> {
+/// Splits client-first-message into its gs2 header ("n,,", "y,," or
+/// "p=tls-server-end-point,,"), the bare part and the client nonce, rejecting what
+/// PostgreSQL rejects.
+fn parse_client_first(data: &[u8]) -> Result<(&[u8], &[u8], &[u8]), AuthError> {
     // PostgreSQL reads these as C strings; an embedded NUL is garbage.
     if data.contains(&0) {
         return Err(AuthError::Malformed("NUL byte in client-first-message"));
     }
-    let cbind_flag = match data.first() {
-        // 'y': the client could bind but thinks we cannot, which is true, so
-        // this is no downgrade.
-        Some(&flag @ (b'n' | b'y')) => flag,
+    const END_POINT: &[u8] = b"p=tls-server-end-point";
+    let flag_len = match data.first() {
+        // 'y': the client could bind but thinks we cannot (the caller decides whether
+        // that is true).
+        Some(b'n' | b'y') => 1,
+        Some(b'p') if data.starts_with(END_POINT) => END_POINT.len(),
         Some(b'p') => return Err(AuthError::UnsupportedChannelBinding),
         _ => return Err(AuthError::Malformed("unexpected channel-binding flag")),
     };
-    let rest = match data.get(1..) {
+    let rest = match data.get(flag_len..) {
         Some([b',', rest @ ..]) => rest,
         _ => {
             return Err(AuthError::Malformed(
@@ -216,7 +238,8 @@ fn parse_client_first(data: &[u8]) -> Result<(u8, &[u8], &[u8]), AuthError> {
     }
     // optional extensions, none of which we understand
     while attrs.next_any()?.is_some() {}
-    Ok((cbind_flag, client_first_bare, client_nonce))
+    let gs2_header = &data[..data.len() - client_first_bare.len()];
+    Ok((gs2_header, client_first_bare, client_nonce))
 }
 
 struct ClientFinal<'a> {

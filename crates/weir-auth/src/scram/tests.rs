@@ -195,6 +195,42 @@ fn client_first_format() {
     assert_ne!(password("x").client_first(), password("x").client_first());
 }
 
+/// SCRAM-SHA-256-PLUS: with binding data the server checks c= against the gs2 header
+/// and the data; a 'y' client is a downgrade once PLUS is offered.
+#[test]
+fn channel_binding_tls_server_end_point() {
+    let secret = rfc_secret();
+    let data = b"0123456789abcdef0123456789abcdef".to_vec();
+    let bound = || ServerSession::from_scram(secret.clone()).with_channel_binding(data.clone());
+    assert!(bound()
+        .client_first(b"p=tls-server-end-point,,n=,r=abc")
+        .is_ok());
+    assert!(bound().client_first(b"n,,n=,r=abc").is_ok());
+    assert_eq!(
+        bound().client_first(b"y,,n=,r=abc"),
+        Err(AuthError::ChannelBindingDowngrade)
+    );
+    assert_eq!(
+        bound().client_first(b"p=tls-unique,,n=,r=abc"),
+        Err(AuthError::UnsupportedChannelBinding)
+    );
+    // c= must carry the data: base64 of the gs2 header and the data.
+    let mut s = bound();
+    let first = s
+        .client_first(b"p=tls-server-end-point,,n=,r=abc")
+        .expect("first");
+    let nonce =
+        String::from_utf8(first[2..first.iter().position(|&b| b == b',').unwrap()].to_vec())
+            .unwrap();
+    let mut wrong = b"p=tls-server-end-point,,".to_vec();
+    wrong.extend_from_slice(b"not the server's data");
+    let msg = format!("c={},r={nonce},p=AAAA", crate::b64::encode(&wrong));
+    assert!(matches!(
+        s.client_final(msg.as_bytes()),
+        Err(AuthError::Malformed(_))
+    ));
+}
+
 #[test]
 fn gs2_headers() {
     let secret = rfc_secret();
