@@ -189,10 +189,13 @@ impl ServerSession {
     }
 }
 
+/// (gs2 header, client-first-message-bare, client nonce)
+type ClientFirst<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
 /// Splits client-first-message into its gs2 header ("n,,", "y,," or
 /// "p=tls-server-end-point,,"), the bare part and the client nonce, rejecting what
 /// PostgreSQL rejects.
-fn parse_client_first(data: &[u8]) -> Result<(&[u8], &[u8], &[u8]), AuthError> {
+fn parse_client_first(data: &[u8]) -> Result<ClientFirst<'_>, AuthError> {
     // PostgreSQL reads these as C strings; an embedded NUL is garbage.
     if data.contains(&0) {
         return Err(AuthError::Malformed("NUL byte in client-first-message"));
