@@ -191,3 +191,71 @@ fn scram_with_channel_binding() {
     let e = run("sslmode=disable channel_binding=require", "b0und!").expect_err("no TLS");
     assert!(e.contains("channel binding"), "{e}");
 }
+
+/// SIGHUP re-reads the certificate and key: new clients get the new certificate, and a
+/// client connected over TLS before keeps its session.
+#[test]
+fn reload_takes_new_certificates_without_dropping_clients() {
+    use std::io::{BufRead, BufReader, Write};
+    let pg = PgServer::start();
+    let old = Certs::new();
+    let new = Certs::new();
+    let live = std::env::temp_dir().join(format!("weir-live-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&live).expect("dir");
+    let install = |c: &Certs| {
+        for f in ["server.crt", "server.key"] {
+            std::fs::copy(c.path(f), live.join(f)).expect("copy");
+        }
+    };
+    install(&old);
+    let builder = Weir::for_pg(&pg)
+        .set("client_tls_sslmode", "require")
+        .set("client_tls_cert_file", live.join("server.crt").display())
+        .set("client_tls_key_file", live.join("server.key").display());
+    let mut weir = builder.clone().start();
+    let verify = |c: &Certs| {
+        format!(
+            "sslmode=verify-full host=localhost sslrootcert={}",
+            c.p("ca.crt")
+        )
+    };
+    assert_eq!(psql(&weir, &verify(&old), "select 1").as_deref(), Ok("1"));
+    // A long-lived TLS client: psql reading its queries from a pipe.
+    let mut held = clean_command("psql")
+        .args(["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-p"])
+        .arg(weir.port().to_string())
+        .args(["-U", "postgres", "-d"])
+        .arg(format!("dbname=postgres {}", verify(&old)))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut to = held.stdin.take().expect("stdin");
+    let mut from = BufReader::new(held.stdout.take().expect("stdout"));
+    let mut ask = |sql: &str| {
+        writeln!(to, "{sql}").expect("write");
+        to.flush().expect("flush");
+        let mut line = String::new();
+        from.read_line(&mut line).expect("read");
+        line.trim().to_string()
+    };
+    assert_eq!(ask("select 'before';"), "before");
+    install(&new);
+    weir.reload_with(builder);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || psql(
+            &weir,
+            &verify(&new),
+            "select 1"
+        )
+        .is_ok()),
+        "the new certificate is not served: {}",
+        weir.log_tail()
+    );
+    let e = psql(&weir, &verify(&old), "select 1").expect_err("old CA still accepted");
+    assert!(e.contains("certificate verify failed"), "{e}");
+    assert_eq!(ask("select 'after';"), "after");
+    drop(to);
+    let _ = held.wait();
+    let _ = std::fs::remove_dir_all(&live);
+}
