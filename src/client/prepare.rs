@@ -74,6 +74,11 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return true;
         };
+        if !self.exchange.unsynced {
+            let maybe_idle = self.exchange.status == b'I' || p.status_pending();
+            p.retry
+                .batch_starts(tag, &self.inbuf[frame.start..], maybe_idle);
+        }
         let cx = Context {
             status: self.exchange.status,
             cap: self.prepared_cap as usize,
@@ -113,14 +118,36 @@ impl Session {
             return false;
         }
         let body = frame.body.clone().map(|r| &self.outbuf[r]);
-        let e = answers::server_message(frame.tag, body, p, server);
+        // Only an error can start a retry; what it needs of the relay is checked here.
+        let retry_safe = frame.tag == b'E'
+            && self.exchange.status == b'I'
+            && !self.exchange.terminated
+            && self.cframe.scanned() == 0
+            && self.cframe.at_boundary();
+        let e = answers::server_message(frame.tag, body, p, server, retry_safe);
+        let remove = |s: &mut Self| {
+            // ParseComplete, CloseComplete, ReadyForQuery and errors are framed whole.
+            let end = frame.body.as_ref().map_or(s.sframe.scanned(), |b| b.end);
+            splice(&mut s.outbuf, frame.start..end, &[]);
+            s.sframe.truncate(frame.start);
+        };
         match e {
             ServerEdit::Keep => {}
             ServerEdit::Remove => {
-                // ParseComplete, CloseComplete and ReadyForQuery are framed whole.
-                let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
-                splice(&mut self.outbuf, frame.start..end, &[]);
-                self.sframe.truncate(frame.start);
+                remove(self);
+                return false;
+            }
+            ServerEdit::Retry(batch) => {
+                remove(self);
+                // Nothing of what follows the batch was framed (`retry_safe`): the copy
+                // goes first, and is framed and rewritten as if the client sent it again.
+                splice(&mut self.inbuf, 0..0, &batch);
+                return false;
+            }
+            ServerEdit::Retried => {
+                remove(self);
+                // The Sync of the batch sent again is counted when it is framed.
+                self.exchange.pending = self.exchange.pending.saturating_sub(1);
                 return false;
             }
             ServerEdit::Replace(with) => {
@@ -215,7 +242,7 @@ pub(super) fn replies_settled(extras: &Option<Box<Extras>>) -> bool {
     extras
         .as_deref()
         .and_then(|e| e.prepared.as_deref())
-        .is_none_or(|p| p.replies.is_empty())
+        .is_none_or(|p| p.replies.is_empty() && !p.retry.in_flight())
 }
 
 /// Adds a client's prepared-statement counters to its pool's stats.

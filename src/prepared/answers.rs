@@ -8,6 +8,7 @@ use bytes::BytesMut;
 
 use super::messages::*;
 use super::replies::{ClientStatements, Reply};
+use super::retry;
 use super::server::ServerStatements;
 use crate::protocol::{messages::error_response, PgError};
 
@@ -16,15 +17,24 @@ pub enum ServerEdit {
     /// A reply to Weir's own message: the client never sees it.
     Remove,
     Replace(BytesMut),
+    /// PostgreSQL refused a statement's stale plan and the batch is to run again (see
+    /// `retry`): the error is removed, and these client bytes go to the server first.
+    Retry(Vec<u8>),
+    /// The ReadyForQuery of a batch that runs again: removed, and no longer owed.
+    Retried,
 }
 
 /// Matches one server message against the replies owed; `body` is there for errors.
+/// `retry_safe`: the server was idle when the batch in progress began, and nothing the
+/// client sent after it has gone to the server (see `retry`).
 pub fn server_message(
     tag: u8,
     body: Option<&[u8]>,
     p: &mut ClientStatements,
     server: &mut ServerStatements,
+    retry_safe: bool,
 ) -> ServerEdit {
+    p.retry.server_says(tag);
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
@@ -46,8 +56,11 @@ pub fn server_message(
                 edit = ServerEdit::Replace(error_response(error));
             }
         }
-        if let (Reply::SentAs(_, id, _), Some(body)) = (front, body) {
-            retire_if_stale(*id, body, &p.names);
+        let mut stale_bind = None;
+        if let (Reply::SentAs(tag, id, _), Some(body)) = (front, body) {
+            if retire_if_stale(*id, body, &p.names) && *tag == b'B' {
+                stale_bind = Some(*id);
+            }
         }
         if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
             let names = &p.names;
@@ -92,6 +105,9 @@ pub fn server_message(
         for r in skipped.into_iter().rev() {
             r.undo(&mut p.names, server);
         }
+        if let Some(batch) = stale_bind.and_then(|id| retry::retry_batch(p, id, retry_safe)) {
+            return ServerEdit::Retry(batch);
+        }
         return edit;
     }
     if tag == b'Z' {
@@ -111,6 +127,9 @@ pub fn server_message(
         }
         for r in skipped.into_iter().rev() {
             r.undo(&mut p.names, server);
+        }
+        if p.retry.swallow_ready() {
+            return ServerEdit::Retried;
         }
         return edit;
     }
@@ -136,17 +155,16 @@ pub fn server_message(
 /// that prepared it before. A client that prepares the same text from now on must get a
 /// fresh statement, not the stale one some server holds under Weir's name: the
 /// statement is retired, and the next Parse of its text makes another (drivers re-prepare
-/// after this error; without this they would get the stale plan again, forever).
-fn retire_if_stale(id: u64, body: &[u8], names: &super::replies::Names) {
-    let e = PgError::parse(body);
-    if e.code == "0A000"
-        && e.message
-            .starts_with("cached plan must not change result type")
-    {
-        if let Some(def) = names.values().find(|d| d.id == id) {
-            super::defs::retire(def);
-        }
+/// after this error; without this they would get the stale plan again, forever). True for
+/// that error.
+fn retire_if_stale(id: u64, body: &[u8], names: &super::replies::Names) -> bool {
+    if !retry::is_stale(body) {
+        return false;
     }
+    if let Some(def) = names.values().find(|d| d.id == id) {
+        super::defs::retire(def);
+    }
+    true
 }
 
 /// Appends the replies Weir owes the client now (the front of the queue), if any.

@@ -14,6 +14,7 @@ pub mod defs;
 pub mod messages;
 pub mod queries;
 pub mod replies;
+pub mod retry;
 pub mod rewrite;
 pub mod server;
 

@@ -46,6 +46,8 @@ pub struct ClientStatements {
     pub ahead: Vec<Arc<Def>>,
     /// What the statements run since the relay last looked may do to the session.
     pub effects: crate::sql::effects::Effects,
+    /// The last batch, kept to run it again after PostgreSQL refused a stale plan.
+    pub retry: super::retry::Retry,
 }
 
 impl ClientStatements {
@@ -92,6 +94,7 @@ impl ClientStatements {
 
     pub fn clear_replies(&mut self) {
         self.replies.clear();
+        self.retry.reset();
         self.undoable = 0;
         self.undoable_since_barrier = 0;
         self.barriers = 0;

@@ -1,0 +1,281 @@
+//! Issue 11: after DDL changes what a prepared statement returns, PostgreSQL refuses its
+//! old plan ("cached plan must not change result type", 0A000). Outside a transaction
+//! block, where that refusal is the first reply of a batch that describes what it runs,
+//! Weir prepares the statement again and runs the batch again, so the client gets the new
+//! rows and their description; anywhere else the client gets the error, as from
+//! PostgreSQL directly.
+
+mod common;
+
+use common::proto::*;
+use common::*;
+
+/// PostgreSQL with the table `rt` (one column, one row) and Weir in transaction mode
+/// with `servers` servers in front of it.
+fn table_and_weir(servers: u32) -> (PgServer, Weir) {
+    let pg = PgServer::start();
+    pg.exec("create table rt (a int); insert into rt values (1)");
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", servers)
+        .start();
+    (pg, weir)
+}
+
+/// What running "s" returns before the ALTER TABLE, and after it adds b (default 7).
+const BEFORE: [&str; 5] = ["2", "T 1", r#"D [Some("1")]"#, "C", "Z"];
+const AFTER: [&str; 5] = ["2", "T 2", r#"D [Some("1"), Some("7")]"#, "C", "Z"];
+const ADD_B: &str = "alter table rt add column b int default 7";
+
+/// Runs the client's statement "s" as libpq does; what the client sees of it.
+fn run_s(c: &mut RawConn) -> Vec<String> {
+    c.send(&run_prepared("s"));
+    replies(c)
+}
+
+/// What a client sees of a batch's replies: tags, errors by SQLSTATE, rows by values, and
+/// the number of fields a RowDescription announces.
+fn replies(c: &mut RawConn) -> Vec<String> {
+    c.read_until_ready()
+        .iter()
+        .filter_map(|m| match m.tag {
+            b'E' => Some(format!("E {}", parse_error(&m.body).code)),
+            b'D' => Some(format!("D {:?}", data_row(&m.body))),
+            b'T' => Some(format!("T {}", u16::from_be_bytes([m.body[0], m.body[1]]))),
+            b'N' | b'S' => None,
+            _ => Some(m.tag_char().to_string()),
+        })
+        .collect()
+}
+
+fn prepare_raw(c: &mut RawConn, name: &str, sql: &str) {
+    c.send(&[parse(name, sql), sync()].concat());
+    assert_eq!(replies(c), ["1", "Z"]);
+}
+
+/// libpq's batch to run a prepared statement (pgbench -M prepared): Bind, Describe of the
+/// portal, Execute, Sync.
+fn run_prepared(stmt: &str) -> Vec<u8> {
+    [
+        bind("", stmt, &[]),
+        describe(b'P', ""),
+        execute("", 0),
+        sync(),
+    ]
+    .concat()
+}
+
+/// The batch of a statement prepared before an ALTER TABLE: a direct connection gets
+/// 0A000; through Weir it runs again on a fresh statement and the client gets the new
+/// columns, described. A batch without the Describe (tokio-postgres's) would get rows
+/// that contradict the description the client has: it gets the refusal, as directly.
+#[test]
+fn batches_run_again_on_a_fresh_statement() {
+    let (pg, weir) = table_and_weir(1);
+    let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
+    let mut pooled = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let undescribed = [bind("", "s", &[]), execute("", 0), sync()].concat();
+    for c in [&mut direct, &mut pooled] {
+        prepare_raw(c, "s", "select * from rt");
+        assert_eq!(run_s(c), BEFORE);
+    }
+    pg.exec(ADD_B);
+    assert_eq!(run_s(&mut direct), ["E 0A000", "Z"], "PostgreSQL itself");
+    direct.send(&undescribed);
+    assert_eq!(replies(&mut direct), ["E 0A000", "Z"], "PostgreSQL itself");
+    pooled.send(&undescribed);
+    assert_eq!(
+        replies(&mut pooled),
+        ["E 0A000", "Z"],
+        "not described: not run again"
+    );
+    assert_eq!(run_s(&mut pooled), AFTER);
+    pooled.send(&undescribed);
+    assert_eq!(
+        replies(&mut pooled),
+        ["2", r#"D [Some("1"), Some("7")]"#, "C", "Z"]
+    );
+
+    pg.exec("alter table rt add column c text default 'x'");
+    assert_eq!(
+        run_s(&mut pooled),
+        [
+            "2",
+            "T 3",
+            r#"D [Some("1"), Some("7"), Some("x")]"#,
+            "C",
+            "Z"
+        ],
+        "the statement made fresh goes stale in turn"
+    );
+    // The client's own Parse of the same text, by another name, gets the fresh statement.
+    prepare_raw(&mut pooled, "s2", "select * from rt");
+    pooled.send(&[describe(b'S', "s2"), sync()].concat());
+    assert_eq!(replies(&mut pooled), ["t", "T 3", "Z"]);
+}
+
+/// In a transaction block the refusal aborts the transaction: it reaches the client as
+/// it would directly, and the statement runs again after the block.
+#[test]
+fn in_a_transaction_block_the_refusal_goes_through() {
+    let (pg, weir) = table_and_weir(1);
+    let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
+    let mut pooled = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    for c in [&mut direct, &mut pooled] {
+        prepare_raw(c, "s", "select * from rt");
+        assert_eq!(run_s(c), BEFORE);
+    }
+    pg.exec(ADD_B);
+    let mut seen = Vec::new();
+    for c in [&mut direct, &mut pooled] {
+        c.simple_query("begin").unwrap();
+        let mut got = run_s(c);
+        c.send(&query("rollback"));
+        got.extend(replies(c));
+        seen.push(got);
+    }
+    assert_eq!(seen[0], ["E 0A000", "Z", "C", "Z"], "PostgreSQL itself");
+    assert_eq!(seen[1], seen[0]);
+    assert_eq!(run_s(&mut pooled), AFTER);
+}
+
+/// A batch that began in the same write as a BEGIN runs inside the block: not again.
+/// Nor one whose refusal comes after replies the client already got.
+#[test]
+fn batches_with_replies_before_the_refusal_are_not_run_again() {
+    let (pg, weir) = table_and_weir(1);
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    prepare_raw(&mut c, "s", "select * from rt");
+    prepare_raw(&mut c, "one", "select 1");
+    assert_eq!(run_s(&mut c), BEFORE);
+    pg.exec(ADD_B);
+    c.send(&[query("begin"), run_prepared("s")].concat());
+    assert_eq!(replies(&mut c), ["C", "Z"]);
+    assert_eq!(replies(&mut c), ["E 0A000", "Z"]);
+    c.send(&query("rollback"));
+    assert_eq!(replies(&mut c), ["C", "Z"]);
+    // The refusal comes after "one"'s rows, in the same implicit transaction.
+    c.send(
+        &[
+            bind("", "one", &[]),
+            execute("", 0),
+            bind("", "s", &[]),
+            describe(b'P', ""),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        replies(&mut c),
+        ["2", r#"D [Some("1")]"#, "C", "E 0A000", "Z"]
+    );
+    assert_eq!(run_s(&mut c), AFTER);
+}
+
+/// Eight clients on two servers, the statement prepared before the ALTER on both: each
+/// client's batch runs again on whichever server it gets, until both servers hold the
+/// fresh statement besides the stale one.
+#[test]
+fn clients_on_two_servers() {
+    let (pg, weir) = table_and_weir(2);
+    let sql = "select * from rt";
+    let connect = || RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let mut clients: Vec<RawConn> = (0..8).map(|_| connect()).collect();
+    for c in &mut clients {
+        prepare_raw(c, "s", sql);
+    }
+    // Both servers prepare it: two clients run it in a transaction each, at once.
+    let (mut h0, mut h1) = (connect(), connect());
+    for h in [&mut h0, &mut h1] {
+        prepare_raw(h, "s", sql);
+        h.simple_query("begin").unwrap();
+        assert_eq!(run_s(h), BEFORE);
+    }
+    for h in [&mut h0, &mut h1] {
+        h.simple_query("commit").unwrap();
+    }
+    pg.exec(ADD_B);
+    let count = format!("select count(*) from pg_prepared_statements where statement = '{sql}'");
+    let mut covered = false;
+    for c in &mut clients {
+        // h0 holds one server in a transaction: c runs on the other. The servers take
+        // turns (the idle one lent first is the one idle longest).
+        h0.simple_query("begin").unwrap();
+        assert_eq!(run_s(c), AFTER);
+        h0.simple_query("rollback").unwrap();
+        h0.simple_query("begin").unwrap();
+        h1.simple_query("begin").unwrap();
+        let held = [h0.query_one(&count), h1.query_one(&count)];
+        h0.simple_query("rollback").unwrap();
+        h1.simple_query("rollback").unwrap();
+        if held == ["2", "2"] {
+            covered = true;
+            break;
+        }
+    }
+    assert!(
+        covered,
+        "the statement was never made fresh on both servers"
+    );
+    for c in &mut clients {
+        assert_eq!(run_s(c), AFTER);
+    }
+}
+
+/// tokio-postgres runs a prepared statement with Bind, Execute, Sync: rows of the new
+/// shape would contradict the description it has (it refuses them, "DataRow field count
+/// does not match"), so it gets the refusal as directly, in a transaction or not; the
+/// statement it prepares again is fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_gets_the_refusal_as_directly() {
+    let (pg, weir) = table_and_weir(2);
+    let sql = "select * from rt";
+    let mut direct = connect(pg.port(), "postgres", "postgres").await.unwrap();
+    let mut pooled = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let (ds, ps) = (
+        direct.prepare(sql).await.unwrap(),
+        pooled.prepare(sql).await.unwrap(),
+    );
+    assert_eq!(pooled.query(&ps, &[]).await.unwrap().len(), 1);
+    pg.exec(ADD_B);
+    for (c, s) in [(&mut direct, &ds), (&mut pooled, &ps)] {
+        let e = c.query(s, &[]).await.unwrap_err();
+        assert_eq!(expect_db_error(&e).code, "0A000");
+        let tx = c.transaction().await.unwrap();
+        let e = tx.query(s, &[]).await.unwrap_err();
+        assert_eq!(expect_db_error(&e).code, "0A000");
+        tx.rollback().await.unwrap();
+        let fresh = c.prepare(sql).await.unwrap();
+        let row = c.query_one(&fresh, &[]).await.unwrap();
+        assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 7));
+    }
+}
+
+/// pgbench -M prepared, more clients than servers, while another connection keeps adding
+/// columns to the table its script selects everything from: no transaction fails.
+#[test]
+fn pgbench_prepared_through_repeated_ddl() {
+    let (pg, weir) = table_and_weir(2);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("select_all.sql");
+    std::fs::write(&script, "select * from rt;\n").unwrap();
+    let script = script.to_str().unwrap().to_string();
+    let port = weir.port();
+    let bench = std::thread::spawn(move || {
+        let args = [
+            "-n", "-c", "6", "-j", "2", "-T", "4", "-M", "prepared", "-f", &script,
+        ];
+        let port = port.to_string();
+        let mut all = vec!["-h", "127.0.0.1", "-p", &port, "-U", "postgres"];
+        all.extend_from_slice(&args);
+        all.push("postgres");
+        pgbench(&all)
+    });
+    for i in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        pg.exec(&format!("alter table rt add column c{i} int"));
+    }
+    let result = bench.join().unwrap();
+    result.assert_clean();
+}
