@@ -252,6 +252,69 @@ async fn tokio_postgres_gets_the_refusal_as_directly() {
     }
 }
 
+/// Preparing after the ALTER a text the server holds from before (another client still
+/// has it): Weir answers the Parse itself, PostgreSQL describes the stale statement's
+/// parameters and then refuses it. The client gets what a direct connection gives, the
+/// description of a fresh statement, once.
+#[test]
+fn preparing_a_text_held_stale_describes_a_fresh_statement() {
+    let (pg, weir) = table_and_weir(1);
+    let mut holder = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    prepare_raw(&mut holder, "s", "select * from rt where a = $1");
+    holder.send(&[bind("", "s", &[Some("1")]), execute("", 0), sync()].concat());
+    assert_eq!(replies(&mut holder), ["2", r#"D [Some("1")]"#, "C", "Z"]);
+    pg.exec(ADD_B);
+    let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
+    let mut pooled = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    let prepare = [
+        parse("s0", "select * from rt where a = $1"),
+        describe(b'S', "s0"),
+        sync(),
+    ]
+    .concat();
+    for c in [&mut direct, &mut pooled] {
+        c.send(&prepare);
+        assert_eq!(replies(c), ["1", "t", "T 2", "Z"]);
+    }
+}
+
+/// A statement prepared after the ALTER, of a text some server holds prepared from
+/// before: Weir answers the Parse itself and PostgreSQL refuses the stale plan at the
+/// Describe, where a direct connection would have made a fresh statement. The Describe
+/// goes again on a fresh one: tokio-postgres prepares and runs the text as directly, with
+/// the new columns, on either of two servers, and never sees the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_prepares_after_ddl_as_directly() {
+    let (pg, weir) = table_and_weir(2);
+    let sql = "select * from rt";
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
+        let s = c.prepare(sql).await.unwrap();
+        holders.push((c, s));
+    }
+    // Both servers prepare it: each holder runs it in a transaction, at once.
+    let mut txs = Vec::new();
+    for (c, s) in &mut holders {
+        let tx = c.transaction().await.unwrap();
+        assert_eq!(tx.query(&*s, &[]).await.unwrap().len(), 1);
+        txs.push(tx);
+    }
+    for tx in txs {
+        tx.commit().await.unwrap();
+    }
+    pg.exec(ADD_B);
+    let client = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    for _ in 0..4 {
+        let rows = client.query(sql, &[]).await.unwrap();
+        assert_eq!(rows[0].columns().len(), 2);
+        assert_eq!((rows[0].get::<_, i32>(0), rows[0].get::<_, i32>(1)), (1, 7));
+    }
+    pg.exec("alter table rt add column c int default 8");
+    let s = client.prepare(sql).await.unwrap();
+    assert_eq!(s.columns().len(), 3);
+}
+
 /// pgbench -M prepared, more clients than servers, while another connection keeps adding
 /// columns to the table its script selects everything from: no transaction fails.
 #[test]

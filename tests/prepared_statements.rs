@@ -697,10 +697,10 @@ fn random_script(seed: u64) -> Vec<Step> {
 }
 
 /// After DDL changes what a statement returns, a client that prepared it before gets
-/// PostgreSQL's "cached plan must not change result type" (as on a direct connection),
-/// and whoever prepares the text again gets a fresh statement, not the stale plan the
-/// shared server still holds (at most one refusal on the way; a direct connection would
-/// have none).
+/// PostgreSQL's "cached plan must not change result type" when it runs it without
+/// describing the portal (as on a direct connection: see tests/prepared_retry.rs for the
+/// batches Weir runs again), and whoever prepares the text again gets a fresh statement,
+/// not the stale plan the shared server still holds, without a refusal on the way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_prepared_again_after_ddl_are_fresh() {
     let pg = PgServer::start();
@@ -711,23 +711,10 @@ async fn statements_prepared_again_after_ddl_are_fresh() {
     assert_eq!(a.query(&old, &[]).await.unwrap().len(), 1);
     pg.exec("alter table ddl_t add column b int");
     let b = connect(weir.port(), "postgres", "postgres").await.unwrap();
-    let mut refusals = 0;
-    let columns = loop {
-        let attempt = async {
-            let s = b.prepare("select * from ddl_t").await?;
-            let rows = b.query(&s, &[]).await?;
-            Ok::<_, tokio_postgres::Error>(rows[0].len())
-        };
-        match attempt.await {
-            Ok(n) => break n,
-            Err(e) => {
-                assert_eq!(expect_db_error(&e).code, "0A000", "{e:?}");
-                refusals += 1;
-                assert!(refusals < 2, "the stale statement came back: {e:?}");
-            }
-        }
-    };
-    assert_eq!(columns, 2);
+    let s = b.prepare("select * from ddl_t").await.unwrap();
+    assert_eq!(s.columns().len(), 2);
+    let rows = b.query(&s, &[]).await.unwrap();
+    assert_eq!(rows[0].len(), 2);
     let e = a.query(&old, &[]).await.unwrap_err();
     assert_eq!(expect_db_error(&e).code, "0A000");
 }

@@ -9,6 +9,7 @@ use bytes::BytesMut;
 use super::{Extras, Session};
 use crate::pool::Pool;
 use crate::prepared::answers::{self, ServerEdit};
+use crate::prepared::retry;
 use crate::prepared::rewrite::{self, Context, Edit};
 use crate::prepared::{ClientStatements, ServerStatements};
 use crate::protocol::framer::Frame;
@@ -105,50 +106,59 @@ impl Session {
         false
     }
 
-    /// Matches a framed server message to what is owed. False when the relay is to look
-    /// no further at it: removed (a reply to Weir's own message), or un-framed so that
-    /// replies Weir owes, due before it, go first.
-    pub(super) fn track_server(&mut self, frame: &Frame, server: &mut ServerStatements) -> bool {
-        let Some(p) = statements(&mut self.extras) else {
-            return true;
-        };
-        if answers::synth_due(p) {
-            self.sframe.truncate(frame.start);
-            self.emit_synths();
-            return false;
-        }
-        let body = frame.body.clone().map(|r| &self.outbuf[r]);
-        // Only an error can start a retry; what it needs of the relay is checked here.
-        let retry_safe = frame.tag == b'E'
+    /// Matches a framed server message to what is owed: whether the relay is to look
+    /// further at it.
+    pub(super) fn track_server(&mut self, frame: &Frame, server: &mut ServerStatements) -> Tracked {
+        // What a retry needs of the relay (see prepared::retry).
+        let retry_safe = matches!(frame.tag, b'E' | b't')
             && self.exchange.status == b'I'
             && !self.exchange.terminated
             && self.cframe.scanned() == 0
             && self.cframe.at_boundary();
-        let e = answers::server_message(frame.tag, body, p, server, retry_safe);
-        let remove = |s: &mut Self| {
-            // ParseComplete, CloseComplete, ReadyForQuery and errors are framed whole.
-            let end = frame.body.as_ref().map_or(s.sframe.scanned(), |b| b.end);
-            splice(&mut s.outbuf, frame.start..end, &[]);
-            s.sframe.truncate(frame.start);
+        let Some(p) = statements(&mut self.extras) else {
+            return Tracked::Pass;
         };
+        if answers::synth_due(p) {
+            self.sframe.truncate(frame.start);
+            self.emit_synths();
+            return Tracked::Removed;
+        }
+        let body = frame.body.clone().map(|r| &self.outbuf[r]);
+        if frame.tag == b't' && p.retry.describing() {
+            // Framed whole when tracking; the server's next message says whether the
+            // client is to get this one or the fresh statement's.
+            let next = frame.body.as_ref().map(|b| next_error(&self.outbuf, b.end));
+            match next {
+                Some(Next::Unknown) => {
+                    self.sframe.truncate(frame.start);
+                    return Tracked::Wait;
+                }
+                Some(Next::Error(e)) if retry::drops_description(p, e, retry_safe) => {
+                    self.remove_server_message(frame);
+                    return Tracked::Removed;
+                }
+                _ => {}
+            }
+        }
+        let e = answers::server_message(frame.tag, body, p, server, retry_safe);
         match e {
             ServerEdit::Keep => {}
             ServerEdit::Remove => {
-                remove(self);
-                return false;
+                self.remove_server_message(frame);
+                return Tracked::Removed;
             }
             ServerEdit::Retry(batch) => {
-                remove(self);
+                self.remove_server_message(frame);
                 // Nothing of what follows the batch was framed (`retry_safe`): the copy
                 // goes first, and is framed and rewritten as if the client sent it again.
                 splice(&mut self.inbuf, 0..0, &batch);
-                return false;
+                return Tracked::Removed;
             }
             ServerEdit::Retried => {
-                remove(self);
+                self.remove_server_message(frame);
                 // The Sync of the batch sent again is counted when it is framed.
                 self.exchange.pending = self.exchange.pending.saturating_sub(1);
-                return false;
+                return Tracked::Removed;
             }
             ServerEdit::Replace(with) => {
                 let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
@@ -156,7 +166,15 @@ impl Session {
                 self.sframe.rewritten(frame.start, with.len());
             }
         }
-        true
+        Tracked::Pass
+    }
+
+    fn remove_server_message(&mut self, frame: &Frame) {
+        // ParseComplete, CloseComplete, ReadyForQuery, errors and ParameterDescription are
+        // framed whole.
+        let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
+        splice(&mut self.outbuf, frame.start..end, &[]);
+        self.sframe.truncate(frame.start);
     }
 
     /// Adds the replies Weir owes the client at the end of what is framed, when that is a
@@ -229,6 +247,38 @@ impl Session {
 
     pub(super) fn flush_prepared_stats(&mut self) {
         flush_counts(&mut self.extras, &self.pool);
+    }
+}
+
+/// What the relay does with a server message once statements are tracked.
+pub(super) enum Tracked {
+    Pass,
+    /// Removed (a reply to Weir's own message), or un-framed so that replies Weir owes,
+    /// due before it, go first: the relay frames what follows.
+    Removed,
+    /// Un-framed until more of what follows it arrives.
+    Wait,
+}
+
+enum Next<'a> {
+    /// Not here yet, or an error not here whole.
+    Unknown,
+    Error(&'a [u8]),
+    Other,
+}
+
+/// The message at `at` in `buf`, as far as an error's body matters.
+fn next_error(buf: &[u8], at: usize) -> Next<'_> {
+    let Some(header) = buf.get(at..at + HEADER_LEN) else {
+        return Next::Unknown;
+    };
+    if header[0] != b'E' {
+        return Next::Other;
+    }
+    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    match buf.get(at + HEADER_LEN..at + 1 + len.max(4)) {
+        Some(body) => Next::Error(body),
+        None => Next::Unknown,
     }
 }
 

@@ -15,6 +15,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
+use super::prepare::Tracked;
 use super::Session;
 use crate::pool::{Ahead, PoolMode};
 use crate::protocol::framer::FrameError;
@@ -355,7 +356,7 @@ impl Session {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
-                t == b'Z' || t == b'S' || (tracking && t == b'E')
+                t == b'Z' || t == b'S' || (tracking && matches!(t, b'E' | b't'))
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {
@@ -366,8 +367,12 @@ impl Session {
                 }
                 Err(_) => return Err(Event::ServerGone),
             };
-            if tracking && !self.track_server(&frame, &mut server.statements) {
-                continue;
+            if tracking {
+                match self.track_server(&frame, &mut server.statements) {
+                    Tracked::Pass => {}
+                    Tracked::Removed => continue,
+                    Tracked::Wait => return Ok(()),
+                }
             }
             if frame.tag == b'E' {
                 let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());

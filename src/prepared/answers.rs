@@ -56,10 +56,10 @@ pub fn server_message(
                 edit = ServerEdit::Replace(error_response(error));
             }
         }
-        let mut stale_bind = None;
+        let mut stale = None;
         if let (Reply::SentAs(tag, id, _), Some(body)) = (front, body) {
-            if retire_if_stale(*id, body, &p.names) && *tag == b'B' {
-                stale_bind = Some(*id);
+            if retire_if_stale(*id, body, &p.names) {
+                stale = Some((*tag, *id));
             }
         }
         if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
@@ -105,7 +105,8 @@ pub fn server_message(
         for r in skipped.into_iter().rev() {
             r.undo(&mut p.names, server);
         }
-        if let Some(batch) = stale_bind.and_then(|id| retry::retry_batch(p, id, retry_safe)) {
+        let again = stale.and_then(|(tag, id)| retry::retry_batch(p, tag, id, retry_safe));
+        if let Some(batch) = again {
             return ServerEdit::Retry(batch);
         }
         return edit;

@@ -1,25 +1,26 @@
 //! Re-preparing a statement after DDL changed what it returns (issue 11).
 //!
-//! PostgreSQL refuses a statement's old plan at Bind once its result type changed ("cached
-//! plan must not change result type"). Where that refusal is the first thing the client
-//! would hear of a batch that began with the server idle, the batch is an implicit
-//! transaction the error rolled back whole, and nothing of it reached the client: Weir
-//! swallows the error and its ReadyForQuery, prepares the statement afresh under a new
-//! name, and sends the batch again, once. Anywhere else (an explicit transaction block,
-//! replies already passed on, a batch that was not kept) the error goes through.
+//! PostgreSQL refuses a statement's old plan at Bind (or Describe) once its result type
+//! changed ("cached plan must not change result type"). Where that refusal is the first
+//! thing the client would hear of a batch that began with the server idle, the batch is
+//! an implicit transaction the error rolled back whole, and nothing of it reached the
+//! client: Weir swallows the error and its ReadyForQuery, points the client's names at a
+//! fresh statement (prepared under a new name), and sends the batch again, once.
+//! Anywhere else (an explicit transaction block, replies already passed on, more sent
+//! behind the batch, a batch that was not kept) the error goes through.
 //!
 //! To send the batch again Weir needs the client's bytes of it, which are gone once
-//! written to the server. They are kept only when that is cheap: the batch is what libpq
-//! (pgbench -M prepared, psycopg), pgx and others send to run a prepared statement, Bind,
-//! Describe of its portal, Execute, Sync; it is already whole in the input buffer when the
-//! Bind is framed (drivers write such a batch at once), and small. The copy goes to a
-//! buffer the client reuses.
+//! written to the server. They are kept only when that is cheap: the batch is already
+//! whole in the input buffer when its first message is framed (drivers write a batch at
+//! once), it is small, and of one of two kinds (see `kept_batch`): libpq's to run a
+//! statement (pgbench -M prepared, psycopg, pgx), and the Parse and Describe drivers send
+//! to prepare one (tokio-postgres, pgx). The copy goes to a buffer the client reuses.
 
 use std::sync::Arc;
 
 use super::defs::{intern, Def};
-use super::messages::{bind_parts, target_parts};
-use super::replies::ClientStatements;
+use super::messages::{bind_parts, parse_parts, target_parts};
+use super::replies::{ClientStatements, Reply};
 use crate::protocol::PgError;
 
 /// The largest batch kept for a retry: pgbench's and most drivers' are under 200 bytes;
@@ -28,8 +29,8 @@ const MAX_KEPT: usize = 1024;
 
 #[derive(Default)]
 pub struct Retry {
-    /// The client's bytes of its last batch, from its Bind to its Sync, when it was kept;
-    /// empty otherwise.
+    /// The client's bytes of its last batch, from the message the refusal may come at to
+    /// the Sync, when it was kept; empty otherwise.
     batch: Vec<u8>,
     state: State,
     /// The server sent a notice since its last ReadyForQuery: a batch that raised one
@@ -55,11 +56,11 @@ impl Retry {
     /// is not known yet.
     pub fn batch_starts(&mut self, tag: u8, from: &[u8], maybe_idle: bool) {
         self.batch.clear();
-        if tag != b'B' || !maybe_idle {
+        if !matches!(tag, b'B' | b'P') || !maybe_idle {
             return;
         }
-        if let Some(n) = execute_batch(from) {
-            self.batch.extend_from_slice(&from[..n]);
+        if let Some((start, end)) = kept_batch(from) {
+            self.batch.extend_from_slice(&from[start..end]);
         }
     }
 
@@ -89,6 +90,12 @@ impl Retry {
         self.state != State::Idle
     }
 
+    /// The part kept is a Describe of a statement: its ParameterDescription waits for
+    /// the message after it (`drops_description`).
+    pub fn describing(&self) -> bool {
+        self.state == State::Idle && self.batch.first() == Some(&b'D')
+    }
+
     /// The server's connection is gone or its replies were dropped.
     pub fn reset(&mut self) {
         self.state = State::Idle;
@@ -96,44 +103,60 @@ impl Retry {
     }
 }
 
-/// The length of a batch of one Bind (of a named statement), a Describe of its portal, an Execute and a Sync
-/// (Flushes aside), all of it in `buf` and at most `MAX_KEPT` bytes; None for any other.
-/// Without the Describe the client would get rows of the new shape against the
-/// description it has of the old one (tokio-postgres refuses them): its batch is not
-/// run again, and the refusal reaches it as it would directly.
-fn execute_batch(buf: &[u8]) -> Option<usize> {
-    const ORDER: &[u8] = b"BDES";
-    let (mut at, mut step) = (0, 0);
-    let mut portal: &[u8] = b"";
+/// The part of a batch to keep for a retry, as (start, end) in `buf`, when all of the
+/// batch is there and it is small; None for any other batch. Two kinds are kept:
+/// - running a statement: Bind (of a named statement), Describe of its portal, Execute,
+///   Sync. Without the Describe the client would get rows of the new shape against the
+///   description it has of the old one (tokio-postgres refuses them): such a batch is not
+///   run again, and the refusal reaches the client as it would directly.
+/// - preparing one: Parses (named), then Describe of the last one and Sync (what
+///   tokio-postgres and pgx send). A Parse Weir answered itself, the server holding the
+///   text already, gets the refusal at the Describe, where PostgreSQL would have made a
+///   fresh statement: the Describe and Sync go again, the ParseCompletes the client got
+///   stand.
+///
+/// Flushes may come anywhere after the first message.
+fn kept_batch(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut at = 0;
+    // Where the part to send again starts, and the tags still due in it.
+    let mut from = None;
+    let mut due: &[u8] = b"";
+    // The Bind's portal, or the last Parse's statement: what the Describe must name.
+    let mut target: (u8, &[u8]) = (0, b"");
     loop {
         let header = buf.get(at..at + 5)?;
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let end = at + 1 + len;
-        if len < 4 || end > MAX_KEPT {
+        if len < 4 {
             return None;
         }
         let body = buf.get(at + 5..end)?;
-        at = end;
         let tag = header[0];
-        if tag == b'H' && step > 0 {
-            continue;
-        }
-        if ORDER.get(step) != Some(&tag) {
-            return None;
-        }
-        step += 1;
-        match tag {
-            b'B' => {
-                let (named, stmt, _) = bind_parts(body)?;
+        match (from, tag) {
+            (_, b'H') if at > 0 => {}
+            (None, b'P') => target = (b'S', parse_parts(body).filter(|p| !p.0.is_empty())?.0),
+            (None, b'B') if at == 0 => {
+                let (portal, stmt, _) = bind_parts(body)?;
                 if stmt.is_empty() {
                     return None;
                 }
-                portal = named;
+                (from, due, target) = (Some(at), b"DES", (b'P', portal));
             }
-            b'D' if target_parts(body) != Some((b'P', portal)) => return None,
-            b'S' => return Some(at),
-            _ => {}
+            (None, b'D') if at > 0 && target_parts(body) == Some(target) => {
+                (from, due) = (Some(at), b"S");
+            }
+            (Some(start), t) if due.first() == Some(&t) => {
+                due = &due[1..];
+                if t == b'D' && target_parts(body) != Some(target) {
+                    return None;
+                }
+                if t == b'S' {
+                    return (end - start <= MAX_KEPT).then_some((start, end));
+                }
+            }
+            _ => return None,
         }
+        at = end;
     }
 }
 
@@ -147,29 +170,49 @@ pub fn is_stale(body: &[u8]) -> bool {
             .starts_with("cached plan must not change result type")
 }
 
-/// On PostgreSQL's refusal of statement `id` at the Bind that starts the client's kept
-/// batch, once the replies the server skips are dropped: when the batch may run again,
-/// points the client's names for the statement at a fresh one (the server will prepare
-/// it under a new name) and returns the batch to send again. `safe`: the server was idle
-/// when the batch began and nothing the client sent after it has gone to the server.
-pub fn retry_batch(p: &mut ClientStatements, id: u64, safe: bool) -> Option<Vec<u8>> {
-    let r = &mut p.retry;
-    // Only the batch's Sync is still owed: nothing after it was sent.
-    let last = p.replies.len() == 1 && p.replies.front().is_some_and(|r| r.is_sync());
-    if !safe || !last || r.state != State::Idle || r.noticed || r.batch.is_empty() {
+/// The client's statement that PostgreSQL refused at the Bind or Describe (`tag`) that
+/// starts the part of the batch kept, when that part may go again. `owed`: how many
+/// replies are owed up to the batch's Sync at this point (only the Sync, once the server's
+/// skip to it was matched): nothing the client sent after the batch went to the server.
+/// `safe`: besides, the server was idle when the batch began and the relay has framed
+/// nothing after it.
+fn refused(p: &ClientStatements, tag: u8, id: u64, safe: bool, owed: usize) -> Option<Arc<Def>> {
+    let r = &p.retry;
+    let last = p.replies.len() == owed && p.replies.back().is_some_and(|r| r.is_sync());
+    if !safe || !last || r.state != State::Idle || r.noticed || r.batch.first() != Some(&tag) {
         return None;
     }
-    let (_, stmt, _) = bind_parts(r.batch.get(5..)?)?;
-    let stale = p.names.get(stmt).filter(|d| d.id == id && !d.sql)?.clone();
-    // Retired already (`answers::retire_if_stale`): this is another statement, unless
-    // the text was retired before and the stale one interned by none but this client.
+    let body = r.batch.get(5..)?;
+    let stmt = match tag {
+        b'B' => bind_parts(body)?.1,
+        _ => target_parts(body).filter(|t| t.0 == b'S')?.1,
+    };
+    p.names.get(stmt).filter(|d| d.id == id && !d.sql).cloned()
+}
+
+/// On PostgreSQL's refusal (a stale plan) of statement `id` at the Bind or Describe
+/// (`tag`) that starts the part of the batch kept, once the replies the server skips are
+/// dropped: when it may go again, points the client's names for the statement at a fresh
+/// one (the server will prepare it under a new name) and returns the bytes to send again.
+pub fn retry_batch(p: &mut ClientStatements, tag: u8, id: u64, safe: bool) -> Option<Vec<u8>> {
+    let stale = refused(p, tag, id, safe, 1)?;
+    // Retired already (`answers::retire_if_stale`): this is another statement.
     let fresh = intern(&stale.body);
-    if fresh.id == id {
-        return None;
-    }
     repoint(p, &stale, &fresh);
     p.retry.state = State::Swallow;
     Some(std::mem::take(&mut p.retry.batch))
+}
+
+/// PostgreSQL describes a statement's parameters before it revalidates its plan: at a
+/// ParameterDescription answering the Describe kept for a retry, followed by `next`, an
+/// error, true when that error is a refusal that makes the Describe go again. The client
+/// is then to get the fresh statement's description (its parameter types may differ),
+/// not this one.
+pub fn drops_description(p: &ClientStatements, next: &[u8], safe: bool) -> bool {
+    let Some(&Reply::SentAs(b'D', id, _)) = p.replies.front() else {
+        return false;
+    };
+    is_stale(next) && refused(p, b'D', id, safe, 2).is_some()
 }
 
 /// Every name the client has for `stale` now means `fresh`.
@@ -193,7 +236,7 @@ mod tests {
     }
 
     #[test]
-    fn keeps_only_whole_small_execute_batches() {
+    fn keeps_whole_small_batches_that_run_or_prepare_a_statement() {
         let bind = msg(b'B', b"\0s1\0\0\0\0\0\0\0");
         let describe = msg(b'D', b"P\0");
         let execute = msg(b'E', b"\0\0\0\0\0");
@@ -201,21 +244,35 @@ mod tests {
         let batch = [&bind[..], &describe, &flush, &execute, &sync].concat();
         let mut next = batch.clone();
         next.extend_from_slice(&bind);
-        assert_eq!(execute_batch(&next), Some(batch.len()));
-        assert_eq!(execute_batch(&batch[..batch.len() - 1]), None);
+        assert_eq!(kept_batch(&next), Some((0, batch.len())));
+        assert_eq!(kept_batch(&batch[..batch.len() - 1]), None);
         let undescribed = [&bind[..], &execute, &sync].concat();
-        assert_eq!(execute_batch(&undescribed), None);
+        assert_eq!(kept_batch(&undescribed), None);
         let other_portal = [&bind[..], &msg(b'D', b"Pp\0"), &execute, &sync].concat();
-        assert_eq!(execute_batch(&other_portal), None);
+        assert_eq!(kept_batch(&other_portal), None);
         let two_binds = [&batch[..batch.len() - 5], &bind, &describe, &execute, &sync].concat();
-        assert_eq!(execute_batch(&two_binds), None);
+        assert_eq!(kept_batch(&two_binds), None);
         let big = [&msg(b'B', &[0; MAX_KEPT])[..], &describe, &execute, &sync].concat();
-        assert_eq!(execute_batch(&big), None);
-        assert_eq!(execute_batch(&[b'B', 0, 0, 0, 1]), None);
+        assert_eq!(kept_batch(&big), None);
+        assert_eq!(kept_batch(&[b'B', 0, 0, 0, 1]), None);
+
+        // Parses, then a Describe of the last one: the Describe and Sync are kept.
+        let parse = |name: &str| msg(b'P', format!("{name}\0select 1\0\0\0").as_bytes());
+        let describe_s1 = msg(b'D', b"Ss1\0");
+        let prepare = [&parse("s0")[..], &parse("s1"), &describe_s1, &sync].concat();
+        let kept = prepare.len() - describe_s1.len() - sync.len();
+        assert_eq!(kept_batch(&prepare), Some((kept, prepare.len())));
+        let other = [&parse("s1")[..], &parse("s0"), &describe_s1, &sync].concat();
+        assert_eq!(kept_batch(&other), None, "not the statement just prepared");
+        let unnamed = [&msg(b'P', b"\0select 1\0\0\0")[..], &describe_s1, &sync].concat();
+        assert_eq!(kept_batch(&unnamed), None);
+        assert_eq!(kept_batch(&[&describe_s1[..], &sync].concat()), None);
 
         let mut r = Retry::default();
         r.batch_starts(b'B', &next, true);
         assert_eq!(r.batch, batch);
+        r.batch_starts(b'P', &prepare, true);
+        assert_eq!(r.batch, [&describe_s1[..], &sync].concat());
         r.batch_starts(b'B', &next, false);
         assert!(r.batch.is_empty(), "in a transaction block nothing is kept");
     }
