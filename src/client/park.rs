@@ -126,6 +126,9 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
         if extras.prepared.as_ref().is_some_and(|p| p.is_empty()) {
             extras.prepared = None;
         }
+        if let Some(p) = &mut extras.prepared {
+            p.retry.release();
+        }
     }
     session.trim_extras();
     crate::bufpool::park(&mut session.inbuf);

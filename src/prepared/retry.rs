@@ -96,6 +96,12 @@ impl Retry {
         self.state == State::Idle && self.batch.first() == Some(&b'D')
     }
 
+    /// Frees the copy's buffer, for a client that waits idle (everything it sent was
+    /// answered): it holds nothing for the batches it may never send.
+    pub fn release(&mut self) {
+        self.batch = Vec::new();
+    }
+
     /// The server's connection is gone or its replies were dropped.
     pub fn reset(&mut self) {
         self.state = State::Idle;
