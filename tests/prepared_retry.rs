@@ -13,13 +13,19 @@ use common::*;
 /// PostgreSQL with the table `rt` (one column, one row) and Weir in transaction mode
 /// with `servers` servers in front of it.
 fn table_and_weir(servers: u32) -> (PgServer, Weir) {
+    table_and_weir_with(servers, &[])
+}
+
+fn table_and_weir_with(servers: u32, settings: &[(&str, &str)]) -> (PgServer, Weir) {
     let pg = PgServer::start();
     pg.exec("create table rt (a int); insert into rt values (1)");
-    let weir = Weir::for_pg(&pg)
+    let mut weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
-        .set("default_pool_size", servers)
-        .start();
-    (pg, weir)
+        .set("default_pool_size", servers);
+    for (k, v) in settings {
+        weir = weir.set(k, v);
+    }
+    (pg, weir.start())
 }
 
 /// What running "s" returns before the ALTER TABLE, and after it adds b (default 7).
@@ -112,6 +118,22 @@ fn batches_run_again_on_a_fresh_statement() {
     prepare_raw(&mut pooled, "s2", "select * from rt");
     pooled.send(&[describe(b'S', "s2"), sync()].concat());
     assert_eq!(replies(&mut pooled), ["t", "T 3", "Z"]);
+}
+
+/// In statement mode, and with a cache of one statement per server (the fresh statement
+/// takes the stale one's place, closed first), the same.
+#[test]
+fn statement_mode_and_a_cache_of_one() {
+    let settings = [("pool_mode", "statement"), ("max_prepared_statements", "1")];
+    let (pg, weir) = table_and_weir_with(1, &settings);
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    prepare_raw(&mut c, "s", "select * from rt");
+    assert_eq!(run_s(&mut c), BEFORE);
+    pg.exec(ADD_B);
+    assert_eq!(run_s(&mut c), AFTER);
+    assert_eq!(run_s(&mut c), AFTER);
+    let held = c.query_one("select count(*) from pg_prepared_statements");
+    assert_eq!(held, "1", "the stale statement was closed");
 }
 
 /// In a transaction block the refusal aborts the transaction: it reaches the client as
