@@ -364,3 +364,36 @@ fn pgbench_prepared_through_repeated_ddl() {
     let result = bench.join().unwrap();
     result.assert_clean();
 }
+
+/// psycopg 3 with autocommit (tests/drivers/python/ddl_retry.py): its prepared
+/// statement sees the new columns after each ALTER; in a transaction block it gets
+/// the refusal. Needs the drivers scripts/install-drivers installs (as the driver
+/// matrix does).
+#[test]
+fn psycopg_prepared_statement_after_ddl() {
+    let (pg, weir) = table_and_weir(2);
+    let dir = match std::env::var_os("WEIR_DRIVERS_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/weir-drivers")
+        }
+    };
+    let mut cmd = clean_command(dir.join("venv/bin/python"));
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/python/ddl_retry.py"
+    ))
+    .env("WEIR_URL", weir.url("postgres", "postgres"))
+    .env(
+        "PG_URL",
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", pg.port()),
+    );
+    let out = run_with_timeout(&mut cmd, None, std::time::Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}\n{}\nweir log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        weir.log_tail()
+    );
+}
