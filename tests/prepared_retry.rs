@@ -120,6 +120,38 @@ fn batches_run_again_on_a_fresh_statement() {
     assert_eq!(replies(&mut pooled), ["t", "T 3", "Z"]);
 }
 
+/// A Bind that gives a format for each column (pgx does) no longer fits the new
+/// columns: the batch sent again fails, and the client gets the refusal, as directly
+/// (on which pgx drops its statement), not the error of a retry it never asked for.
+#[test]
+fn a_retry_that_fails_gives_the_refusal() {
+    let (pg, weir) = table_and_weir(1);
+    pg.exec("create table rf (a int, b int); insert into rf values (1, 2)");
+    let mut direct = RawConn::startup(pg.port(), "postgres", "postgres", &[]).unwrap();
+    let mut pooled = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    // Bind: unnamed portal, statement "f", no parameters, two text result formats.
+    let per_column = msg(b'B', b"\0f\0\0\0\0\0\0\x02\0\0\0\0");
+    let batch = [per_column, describe(b'P', ""), execute("", 0), sync()].concat();
+    for c in [&mut direct, &mut pooled] {
+        prepare_raw(c, "f", "select * from rf");
+        c.send(&batch);
+        assert_eq!(
+            replies(c),
+            ["2", "T 2", r#"D [Some("1"), Some("2")]"#, "C", "Z"]
+        );
+    }
+    pg.exec("alter table rf add column c int");
+    for c in [&mut direct, &mut pooled] {
+        c.send(&batch);
+        assert_eq!(replies(c), ["E 0A000", "Z"]);
+    }
+    // And again: the client's name is still the stale statement's.
+    for c in [&mut direct, &mut pooled] {
+        c.send(&batch);
+        assert_eq!(replies(c), ["E 0A000", "Z"]);
+    }
+}
+
 /// In statement mode, and with a cache of one statement per server (the fresh statement
 /// takes the stale one's place, closed first), the same.
 #[test]

@@ -56,10 +56,15 @@ pub fn server_message(
                 edit = ServerEdit::Replace(error_response(error));
             }
         }
+        let failed_again = p.retry.failed_again(front);
+        let put_back = failed_again.is_some();
+        if let Some(refusal) = failed_again {
+            edit = ServerEdit::Replace(refusal);
+        }
         let mut stale = None;
         if let (Reply::SentAs(tag, id, _), Some(body)) = (front, body) {
             if retire_if_stale(*id, body, &p.names) {
-                stale = Some((*tag, *id));
+                stale = Some((*tag, *id, body));
             }
         }
         if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
@@ -105,7 +110,11 @@ pub fn server_message(
         for r in skipped.into_iter().rev() {
             r.undo(&mut p.names, server);
         }
-        let again = stale.and_then(|(tag, id)| retry::retry_batch(p, tag, id, retry_safe));
+        if put_back {
+            retry::put_back(p);
+        }
+        let again = stale
+            .and_then(|(tag, id, refusal)| retry::retry_batch(p, tag, id, refusal, retry_safe));
         if let Some(batch) = again {
             return ServerEdit::Retry(batch);
         }

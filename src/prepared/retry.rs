@@ -21,6 +21,9 @@ use std::sync::Arc;
 use super::defs::{intern, Def};
 use super::messages::{bind_parts, parse_parts, target_parts};
 use super::replies::{ClientStatements, Reply};
+use bytes::BytesMut;
+
+use crate::protocol::messages::put_message;
 use crate::protocol::PgError;
 
 /// The largest batch kept for a retry: pgbench's and most drivers' are under 200 bytes;
@@ -36,6 +39,24 @@ pub struct Retry {
     /// The server sent a notice since its last ReadyForQuery: a batch that raised one
     /// before its error is not run twice (the client would get the notice twice).
     noticed: bool,
+    /// While a batch runs again: how to make as if it never had, should it fail.
+    again: Option<Box<Again>>,
+}
+
+/// A batch that runs again. Should the message sent again fail, the client gets the
+/// refusal in place of its error, and its names are put back: as if there had been no
+/// retry, which a client reacting to the refusal relies on (pgx drops its statement).
+/// The retry may fail in ways the client has no remedy for, e.g. per-column result
+/// formats that no longer fit the new columns.
+struct Again {
+    /// The message sent again, and the statement it names now.
+    tag: u8,
+    fresh: u64,
+    /// PostgreSQL's refusal: an ErrorResponse body.
+    refusal: Vec<u8>,
+    stale: Arc<Def>,
+    /// The client's names that went from the stale statement to the fresh one.
+    names: Vec<Box<[u8]>>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -79,9 +100,27 @@ impl Retry {
         let swallow = self.state == State::Swallow;
         self.state = match self.state {
             State::Swallow => State::Sent,
-            State::Sent | State::Idle => State::Idle,
+            State::Sent | State::Idle => {
+                self.again = None;
+                State::Idle
+            }
         };
         swallow
+    }
+
+    /// In place of the server's error at `front`, the refusal the client would have got
+    /// without the retry, when `front` is the message sent again (see `Again`; the
+    /// caller puts the names back with `put_back`).
+    pub fn failed_again(&self, front: &Reply) -> Option<BytesMut> {
+        let (&Reply::SentAs(tag, id, _), Some(a)) = (front, &self.again) else {
+            return None;
+        };
+        if self.state != State::Sent || (tag, id) != (a.tag, a.fresh) {
+            return None;
+        }
+        let mut out = BytesMut::new();
+        put_message(&mut out, b'E', |b| b.extend_from_slice(&a.refusal));
+        Some(out)
     }
 
     /// A batch runs again and its ReadyForQuery is still to come: the server is not
@@ -106,6 +145,7 @@ impl Retry {
     pub fn reset(&mut self) {
         self.state = State::Idle;
         self.noticed = false;
+        self.again = None;
     }
 }
 
@@ -196,17 +236,48 @@ fn refused(p: &ClientStatements, tag: u8, id: u64, safe: bool, owed: usize) -> O
     p.names.get(stmt).filter(|d| d.id == id && !d.sql).cloned()
 }
 
-/// On PostgreSQL's refusal (a stale plan) of statement `id` at the Bind or Describe
-/// (`tag`) that starts the part of the batch kept, once the replies the server skips are
-/// dropped: when it may go again, points the client's names for the statement at a fresh
-/// one (the server will prepare it under a new name) and returns the bytes to send again.
-pub fn retry_batch(p: &mut ClientStatements, tag: u8, id: u64, safe: bool) -> Option<Vec<u8>> {
+/// On PostgreSQL's refusal (a stale plan, `refusal` the error's body) of statement `id`
+/// at the Bind or Describe (`tag`) that starts the part of the batch kept, once the
+/// replies the server skips are dropped: when it may go again, points the client's names
+/// for the statement at a fresh one (the server will prepare it under a new name) and
+/// returns the bytes to send again.
+pub fn retry_batch(
+    p: &mut ClientStatements,
+    tag: u8,
+    id: u64,
+    refusal: &[u8],
+    safe: bool,
+) -> Option<Vec<u8>> {
     let stale = refused(p, tag, id, safe, 1)?;
     // Retired already (`answers::retire_if_stale`): this is another statement.
     let fresh = intern(&stale.body);
-    repoint(p, &stale, &fresh);
-    p.retry.state = State::Swallow;
-    Some(std::mem::take(&mut p.retry.batch))
+    let names = repoint(p, &stale, &fresh);
+    let r = &mut p.retry;
+    r.state = State::Swallow;
+    r.again = Some(Box::new(Again {
+        tag,
+        fresh: fresh.id,
+        refusal: refusal.to_vec(),
+        stale,
+        names,
+    }));
+    Some(std::mem::take(&mut r.batch))
+}
+
+/// The batch sent again failed (`Retry::failed_again`): the client's names for the fresh
+/// statement that were the stale one's are again.
+pub fn put_back(p: &mut ClientStatements) {
+    let Some(a) = p.retry.again.take() else {
+        return;
+    };
+    for name in a.names {
+        if let Some(def) = p.names.get_mut(&name).filter(|d| d.id == a.fresh) {
+            *def = a.stale.clone();
+        }
+    }
+    if p.aliased.remove(&a.fresh) {
+        p.aliased.insert(a.stale.id);
+    }
 }
 
 /// PostgreSQL describes a statement's parameters before it revalidates its plan: at a
@@ -221,14 +292,17 @@ pub fn drops_description(p: &ClientStatements, next: &[u8], safe: bool) -> bool 
     is_stale(next) && refused(p, b'D', id, safe, 2).is_some()
 }
 
-/// Every name the client has for `stale` now means `fresh`.
-fn repoint(p: &mut ClientStatements, stale: &Def, fresh: &Arc<Def>) {
-    for def in p.names.values_mut().filter(|d| d.id == stale.id) {
+/// Every name the client has for `stale` now means `fresh`; returns those names.
+fn repoint(p: &mut ClientStatements, stale: &Def, fresh: &Arc<Def>) -> Vec<Box<[u8]>> {
+    let mut names = Vec::new();
+    for (name, def) in p.names.iter_mut().filter(|(_, d)| d.id == stale.id) {
         *def = fresh.clone();
+        names.push(name.clone());
     }
     if p.aliased.remove(&stale.id) {
         p.aliased.insert(fresh.id);
     }
+    names
 }
 
 #[cfg(test)]
