@@ -330,6 +330,46 @@ fn preparing_a_text_held_stale_describes_a_fresh_statement() {
         c.send(&prepare);
         assert_eq!(replies(c), ["1", "t", "T 2", "Z"]);
     }
+    // In a transaction block the refusal comes through (a known limit: a direct
+    // connection would describe a fresh statement), but the statement the client just
+    // prepared is a fresh one from then on.
+    prepare_raw(&mut holder, "s2", "select * from rt");
+    pg.exec("alter table rt add column c int default 8");
+    pooled.simple_query("begin").unwrap();
+    pooled.send(
+        &[
+            parse("s1", "select * from rt"),
+            describe(b'S', "s1"),
+            sync(),
+        ]
+        .concat(),
+    );
+    assert_eq!(replies(&mut pooled), ["1", "t", "E 0A000", "Z"]);
+    pooled.simple_query("rollback").unwrap();
+    pooled.send(&[describe(b'S', "s1"), sync()].concat());
+    assert_eq!(replies(&mut pooled), ["t", "T 3", "Z"]);
+}
+
+/// The same with a ParameterDescription too large for the relay to hold back (4,200
+/// parameters): it reaches the client, and then so does the refusal (a known limit; a
+/// direct connection would describe a fresh statement).
+#[test]
+fn a_description_too_large_to_hold_lets_the_refusal_through() {
+    let (pg, weir) = table_and_weir(1);
+    let params: Vec<String> = (1..=4200).map(|i| format!("${i}::int")).collect();
+    let sql = format!("select * from rt where a in ({})", params.join(","));
+    let mut holder = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    prepare_raw(&mut holder, "s", &sql);
+    pg.exec(ADD_B);
+    let mut pooled = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    pooled.send(&[parse("s0", &sql), describe(b'S', "s0"), sync()].concat());
+    assert_eq!(replies(&mut pooled), ["1", "t", "E 0A000", "Z"]);
+    pooled.send(&[describe(b'S', "s0"), sync()].concat());
+    assert_eq!(
+        replies(&mut pooled),
+        ["t", "T 2", "Z"],
+        "fresh once refused"
+    );
 }
 
 /// A statement prepared after the ALTER, of a text some server holds prepared from

@@ -125,19 +125,24 @@ impl Session {
         }
         let body = frame.body.clone().map(|r| &self.outbuf[r]);
         if frame.tag == b't' && p.retry.describing() {
-            // Framed whole when tracking; the server's next message says whether the
-            // client is to get this one or the fresh statement's.
-            let next = frame.body.as_ref().map(|b| next_error(&self.outbuf, b.end));
-            match next {
-                Some(Next::Unknown) => {
+            // The server's next message says whether the client is to get this one or
+            // the fresh statement's: it waits for it, when both are small.
+            let len = self.outbuf.get(frame.start + 1..frame.start + HEADER_LEN);
+            let len = len.map_or(0, |l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize);
+            let end = frame.start + 1 + len;
+            match next_error(&self.outbuf, end) {
+                _ if len > retry::MAX_HELD => p.retry.shown(),
+                Next::Unknown => {
                     self.sframe.truncate(frame.start);
                     return Tracked::Wait;
                 }
-                Some(Next::Error(e)) if retry::drops_description(p, e, retry_safe) => {
-                    self.remove_server_message(frame);
+                Next::Error(e) if retry::drops_description(p, e, retry_safe) => {
+                    splice(&mut self.outbuf, frame.start..end, &[]);
+                    self.sframe.truncate(frame.start);
                     return Tracked::Removed;
                 }
-                _ => {}
+                // It reaches the client: the Describe may not go again.
+                _ => p.retry.shown(),
             }
         }
         let e = answers::server_message(frame.tag, body, p, server, retry_safe);
@@ -170,8 +175,7 @@ impl Session {
     }
 
     fn remove_server_message(&mut self, frame: &Frame) {
-        // ParseComplete, CloseComplete, ReadyForQuery, errors and ParameterDescription are
-        // framed whole.
+        // ParseComplete, CloseComplete, ReadyForQuery and errors are framed whole.
         let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
         splice(&mut self.outbuf, frame.start..end, &[]);
         self.sframe.truncate(frame.start);
@@ -261,7 +265,7 @@ pub(super) enum Tracked {
 }
 
 enum Next<'a> {
-    /// Not here yet, or an error not here whole.
+    /// Not here yet, or an error not here whole (nor, with it, what comes before it).
     Unknown,
     Error(&'a [u8]),
     Other,
@@ -276,6 +280,9 @@ fn next_error(buf: &[u8], at: usize) -> Next<'_> {
         return Next::Other;
     }
     let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if len > retry::MAX_HELD {
+        return Next::Other;
+    }
     match buf.get(at + HEADER_LEN..at + 1 + len.max(4)) {
         Some(body) => Next::Error(body),
         None => Next::Unknown,

@@ -356,7 +356,7 @@ impl Session {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
-                t == b'Z' || t == b'S' || (tracking && matches!(t, b'E' | b't'))
+                t == b'Z' || t == b'S' || (tracking && t == b'E')
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {

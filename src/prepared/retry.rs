@@ -30,6 +30,11 @@ use crate::protocol::PgError;
 /// one with large parameters is not worth copying on every execution.
 const MAX_KEPT: usize = 1024;
 
+/// The largest ParameterDescription, and error after it, the relay holds back to see
+/// whether a Describe goes again (`drops_description`): the relay reads no more from a
+/// server while a quarter megabyte waits in its buffer.
+pub const MAX_HELD: usize = 16 * 1024;
+
 #[derive(Default)]
 pub struct Retry {
     /// The client's bytes of its last batch, from the message the refusal may come at to
@@ -39,12 +44,14 @@ pub struct Retry {
     /// The server sent a notice since its last ReadyForQuery: a batch that raised one
     /// before its error is not run twice (the client would get the notice twice).
     noticed: bool,
+    /// A reply to the part kept reached the client: it may not go again.
+    shown: bool,
     /// While a batch runs again: how to make as if it never had, should it fail.
     again: Option<Box<Again>>,
 }
 
 /// A batch that runs again. Should the message sent again fail, the client gets the
-/// refusal in place of its error, and its names are put back: as if there had been no
+/// refusal in place of its error, and its name is put back: as if there had been no
 /// retry, which a client reacting to the refusal relies on (pgx drops its statement).
 /// The retry may fail in ways the client has no remedy for, e.g. per-column result
 /// formats that no longer fit the new columns.
@@ -54,9 +61,9 @@ struct Again {
     fresh: u64,
     /// PostgreSQL's refusal: an ErrorResponse body.
     refusal: Vec<u8>,
+    /// The client's name that went from the stale statement to the fresh one.
+    name: Box<[u8]>,
     stale: Arc<Def>,
-    /// The client's names that went from the stale statement to the fresh one.
-    names: Vec<Box<[u8]>>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +84,10 @@ impl Retry {
     /// is not known yet.
     pub fn batch_starts(&mut self, tag: u8, from: &[u8], maybe_idle: bool) {
         self.batch.clear();
-        if !matches!(tag, b'B' | b'P') || !maybe_idle {
+        self.shown = false;
+        // A statement prepared in the batch is made fresh even where its Describe may not
+        // go again (see `retry_batch`): that batch is kept in a transaction block too.
+        if !(tag == b'P' || tag == b'B' && maybe_idle) {
             return;
         }
         if let Some((start, end)) = kept_batch(from) {
@@ -132,7 +142,12 @@ impl Retry {
     /// The part kept is a Describe of a statement: its ParameterDescription waits for
     /// the message after it (`drops_description`).
     pub fn describing(&self) -> bool {
-        self.state == State::Idle && self.batch.first() == Some(&b'D')
+        self.state == State::Idle && !self.shown && self.batch.first() == Some(&b'D')
+    }
+
+    /// A reply to the part kept reached the client.
+    pub fn shown(&mut self) {
+        self.shown = true;
     }
 
     /// Frees the copy's buffer, for a client that waits idle (everything it sent was
@@ -216,31 +231,33 @@ pub fn is_stale(body: &[u8]) -> bool {
             .starts_with("cached plan must not change result type")
 }
 
-/// The client's statement that PostgreSQL refused at the Bind or Describe (`tag`) that
-/// starts the part of the batch kept, when that part may go again. `owed`: how many
-/// replies are owed up to the batch's Sync at this point (only the Sync, once the server's
-/// skip to it was matched): nothing the client sent after the batch went to the server.
-/// `safe`: besides, the server was idle when the batch began and the relay has framed
-/// nothing after it.
-fn refused(p: &ClientStatements, tag: u8, id: u64, safe: bool, owed: usize) -> Option<Arc<Def>> {
-    let r = &p.retry;
-    let last = p.replies.len() == owed && p.replies.back().is_some_and(|r| r.is_sync());
-    if !safe || !last || r.state != State::Idle || r.noticed || r.batch.first() != Some(&tag) {
-        return None;
-    }
-    let body = r.batch.get(5..)?;
-    let stmt = match tag {
+/// The client's name and statement that PostgreSQL refused at the Bind or Describe
+/// (`tag`, `id` the statement) that starts the part of the batch kept.
+fn kept_target(p: &ClientStatements, tag: u8, id: u64) -> Option<(Box<[u8]>, Arc<Def>)> {
+    let body = p.retry.batch.get(5..).filter(|_| p.retry.batch[0] == tag)?;
+    let name = match tag {
         b'B' => bind_parts(body)?.1,
         _ => target_parts(body).filter(|t| t.0 == b'S')?.1,
     };
-    p.names.get(stmt).filter(|d| d.id == id && !d.sql).cloned()
+    let def = p.names.get(name).filter(|d| d.id == id && !d.sql)?;
+    Some((name.into(), def.clone()))
+}
+
+/// True when the part kept may go again. `owed`: how many replies are owed up to the
+/// batch's Sync at this point (only the Sync, once the server's skip to it was matched):
+/// nothing the client sent after the batch went to the server. `safe`: besides, the
+/// server was idle when the batch began and the relay has framed nothing after it.
+fn may_go_again(p: &ClientStatements, safe: bool, owed: usize) -> bool {
+    let r = &p.retry;
+    let last = p.replies.len() == owed && p.replies.back().is_some_and(|r| r.is_sync());
+    safe && last && r.state == State::Idle && !r.noticed && !r.shown
 }
 
 /// On PostgreSQL's refusal (a stale plan, `refusal` the error's body) of statement `id`
 /// at the Bind or Describe (`tag`) that starts the part of the batch kept, once the
-/// replies the server skips are dropped: when it may go again, points the client's names
-/// for the statement at a fresh one (the server will prepare it under a new name) and
-/// returns the bytes to send again.
+/// replies the server skips are dropped: when it may go again, points the client's name
+/// at a fresh statement (the server will prepare it under a new name) and returns the
+/// bytes to send again.
 pub fn retry_batch(
     p: &mut ClientStatements,
     tag: u8,
@@ -248,10 +265,20 @@ pub fn retry_batch(
     refusal: &[u8],
     safe: bool,
 ) -> Option<Vec<u8>> {
-    let stale = refused(p, tag, id, safe, 1)?;
+    let (name, stale) = kept_target(p, tag, id)?;
     // Retired already (`answers::retire_if_stale`): this is another statement.
     let fresh = intern(&stale.body);
-    let names = repoint(p, &stale, &fresh);
+    if !may_go_again(p, safe, 1) {
+        if tag == b'D' && p.retry.state == State::Idle {
+            // Prepared in this very batch, after the DDL: on a direct connection the
+            // statement would be fresh. The client has the refusal (in a transaction
+            // block, or after the description reached it), and a fresh statement by
+            // its name from now on.
+            repoint(p, &name, &fresh);
+        }
+        return None;
+    }
+    repoint(p, &name, &fresh);
     let r = &mut p.retry;
     r.state = State::Swallow;
     r.again = Some(Box::new(Again {
@@ -259,25 +286,9 @@ pub fn retry_batch(
         fresh: fresh.id,
         refusal: refusal.to_vec(),
         stale,
-        names,
+        name,
     }));
     Some(std::mem::take(&mut r.batch))
-}
-
-/// The batch sent again failed (`Retry::failed_again`): the client's names for the fresh
-/// statement that were the stale one's are again.
-pub fn put_back(p: &mut ClientStatements) {
-    let Some(a) = p.retry.again.take() else {
-        return;
-    };
-    for name in a.names {
-        if let Some(def) = p.names.get_mut(&name).filter(|d| d.id == a.fresh) {
-            *def = a.stale.clone();
-        }
-    }
-    if p.aliased.remove(&a.fresh) {
-        p.aliased.insert(a.stale.id);
-    }
 }
 
 /// PostgreSQL describes a statement's parameters before it revalidates its plan: at a
@@ -289,20 +300,26 @@ pub fn drops_description(p: &ClientStatements, next: &[u8], safe: bool) -> bool 
     let Some(&Reply::SentAs(b'D', id, _)) = p.replies.front() else {
         return false;
     };
-    is_stale(next) && refused(p, b'D', id, safe, 2).is_some()
+    is_stale(next) && may_go_again(p, safe, 2) && kept_target(p, b'D', id).is_some()
 }
 
-/// Every name the client has for `stale` now means `fresh`; returns those names.
-fn repoint(p: &mut ClientStatements, stale: &Def, fresh: &Arc<Def>) -> Vec<Box<[u8]>> {
-    let mut names = Vec::new();
-    for (name, def) in p.names.iter_mut().filter(|(_, d)| d.id == stale.id) {
-        *def = fresh.clone();
-        names.push(name.clone());
+/// The batch sent again failed (`Retry::failed_again`): the client's name is the stale
+/// statement's again.
+pub fn put_back(p: &mut ClientStatements) {
+    let Some(a) = p.retry.again.take() else {
+        return;
+    };
+    repoint(p, &a.name, &a.stale);
+}
+
+/// The client's `name` now means `def`.
+fn repoint(p: &mut ClientStatements, name: &[u8], def: &Arc<Def>) {
+    if let Some(d) = p.names.get_mut(name) {
+        *d = def.clone();
     }
-    if p.aliased.remove(&stale.id) {
-        p.aliased.insert(fresh.id);
+    if p.names.values().filter(|d| d.id == def.id).count() > 1 {
+        p.aliased.insert(def.id);
     }
-    names
 }
 
 #[cfg(test)]
