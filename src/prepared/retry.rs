@@ -4,10 +4,12 @@
 //! changed ("cached plan must not change result type"). Where that refusal is the first
 //! thing the client would hear of a batch that began with the server idle, the batch is
 //! an implicit transaction the error rolled back whole, and nothing of it reached the
-//! client: Weir swallows the error and its ReadyForQuery, points the client's names at a
+//! client: Weir swallows the error and its ReadyForQuery, points the client's name at a
 //! fresh statement (prepared under a new name), and sends the batch again, once.
 //! Anywhere else (an explicit transaction block, replies already passed on, more sent
-//! behind the batch, a batch that was not kept) the error goes through.
+//! behind the batch, a batch that was not kept) the error goes through; a statement the
+//! client prepared in that very batch is then a fresh one from the next batch on, as it
+//! would be on a direct connection.
 //!
 //! To send the batch again Weir needs the client's bytes of it, which are gone once
 //! written to the server. They are kept only when that is cheap: the batch is already
@@ -18,11 +20,11 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
+
 use super::defs::{intern, Def};
 use super::messages::{bind_parts, parse_parts, target_parts};
 use super::replies::{ClientStatements, Reply};
-use bytes::BytesMut;
-
 use crate::protocol::messages::put_message;
 use crate::protocol::PgError;
 
@@ -72,8 +74,8 @@ enum State {
     Idle,
     /// The batch went again: the ReadyForQuery of the failed one is swallowed.
     Swallow,
-    /// The ReadyForQuery of the batch sent again is still to come: a second refusal goes
-    /// to the client.
+    /// The ReadyForQuery of the batch sent again is still to come: it does not go again,
+    /// and an error of the message sent again gives the client the refusal (`Again`).
     Sent,
 }
 
@@ -87,7 +89,7 @@ impl Retry {
         self.shown = false;
         // A statement prepared in the batch is made fresh even where its Describe may not
         // go again (see `retry_batch`): that batch is kept in a transaction block too.
-        if !(tag == b'P' || tag == b'B' && maybe_idle) {
+        if !(tag == b'P' || (tag == b'B' && maybe_idle)) {
             return;
         }
         if let Some((start, end)) = kept_batch(from) {
@@ -120,7 +122,7 @@ impl Retry {
 
     /// In place of the server's error at `front`, the refusal the client would have got
     /// without the retry, when `front` is the message sent again (see `Again`; the
-    /// caller puts the names back with `put_back`).
+    /// caller puts the client's name back with `put_back`).
     pub fn failed_again(&self, front: &Reply) -> Option<BytesMut> {
         let (&Reply::SentAs(tag, id, _), Some(a)) = (front, &self.again) else {
             return None;
