@@ -66,6 +66,69 @@ fn startup_setting(requested: &mut ParamSet, settings: &mut Gucs, name: &str, va
     }
 }
 
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// A TLS handshake begun without an SSLRequest. As PostgreSQL 17 does, the client must
+/// name the protocol with ALPN (`postgresql`); the ClientHello bytes already read are
+/// handed to rustls first.
+async fn direct_tls(
+    app: &App,
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+) -> Result<(), Box<Refusal>> {
+    use tokio::io::AsyncReadExt;
+    let refused = |why: &str| -> Box<Refusal> {
+        // Nothing can be said in the clear to a client mid-handshake; the log says why.
+        PgError::fatal("08P01", format!("direct TLS connection refused: {why}")).into()
+    };
+    let tls = app.snapshot.load().client_tls.clone();
+    let Some(config) = tls.config.clone() else {
+        return Err(refused(
+            "TLS is not configured (client_tls_sslmode = disable)",
+        ));
+    };
+    if matches!(stream, Stream::Unix(_)) {
+        return Err(refused("not over the Unix socket"));
+    }
+    let mut acceptor = rustls::server::Acceptor::default();
+    let accepted = loop {
+        let mut fed = &buf[..];
+        while !fed.is_empty() {
+            acceptor
+                .read_tls(&mut fed)
+                .map_err(|e| refused(&e.to_string()))?;
+        }
+        buf.clear();
+        match acceptor.accept() {
+            Ok(Some(a)) => break a,
+            Ok(None) => {}
+            Err((e, _)) => return Err(refused(&e.to_string())),
+        }
+        if buf.len() > MAX_STARTUP_PACKET || stream.read_buf(buf).await.unwrap_or(0) == 0 {
+            return Err(refused("the client left during the ClientHello"));
+        }
+    };
+    let alpn_ok = accepted
+        .client_hello()
+        .alpn()
+        .is_some_and(|mut protocols| protocols.any(|p| p == b"postgresql"));
+    if !alpn_ok {
+        return Err(refused("the client did not ask for ALPN \"postgresql\""));
+    }
+    let plain = std::mem::replace(stream, Stream::Parked(crate::stream::StdSocket::None));
+    match tokio_rustls::StartHandshake::from_parts(accepted, plain)
+        .into_stream(config)
+        .await
+    {
+        Ok(tls) => {
+            *stream = Stream::Tls(Box::new(tokio_rustls::TlsStream::Server(tls)));
+            Ok(())
+        }
+        Err(e) => Err(refused(&format!("TLS handshake failed: {e}"))),
+    }
+}
+
 /// The TLS handshake after the client's SSLRequest was answered 'S'.
 async fn start_tls(
     stream: &mut Stream,
@@ -117,6 +180,11 @@ pub async fn login(
     buf: &mut BytesMut,
     peer: &crate::stream::Endpoint,
 ) -> Result<Outcome, Box<Refusal>> {
+    // PostgreSQL 17's direct TLS (sslnegotiation=direct): a TLS ClientHello where the
+    // length of a startup packet would be.
+    if buf.first() == Some(&TLS_HANDSHAKE) && !stream.is_tls() {
+        Box::pin(direct_tls(app, stream, buf)).await?;
+    }
     let (minor, payload) = loop {
         let payload = match read_startup_packet(stream, buf, MAX_STARTUP_PACKET).await {
             Ok(p) => p,
