@@ -29,7 +29,7 @@ fn connector(certs: &Certs, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
     for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
         roots.add(cert.expect("parse ca.crt")).expect("add root");
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("protocol versions")
@@ -46,9 +46,30 @@ async fn direct_query(
     alpn: &[&[u8]],
     sql: &str,
 ) -> Result<String, String> {
-    let tcp = TcpStream::connect(("127.0.0.1", weir.port()))
+    let client = tls_client(weir, certs, alpn, false).await?;
+    first_value(&client, sql).await
+}
+
+/// A logged-in tokio-postgres client over TLS, negotiated directly or after an
+/// SSLRequest.
+async fn tls_client(
+    weir: &Weir,
+    certs: &Certs,
+    alpn: &[&[u8]],
+    ssl_request: bool,
+) -> Result<tokio_postgres::Client, String> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", weir.port()))
         .await
         .map_err(|e| e.to_string())?;
+    if ssl_request {
+        tcp.write_all(&[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f])
+            .await
+            .map_err(|e| e.to_string())?;
+        let answer = tcp.read_u8().await.map_err(|e| e.to_string())?;
+        if answer != b'S' {
+            return Err(format!("SSLRequest answered {answer}"));
+        }
+    }
     let name = ServerName::try_from("localhost").expect("server name");
     let tls = connector(certs, alpn)
         .connect(name, tcp)
@@ -62,6 +83,10 @@ async fn direct_query(
     tokio::spawn(async move {
         let _ = conn.await;
     });
+    Ok(client)
+}
+
+async fn first_value(client: &tokio_postgres::Client, sql: &str) -> Result<String, String> {
     let rows = client
         .simple_query(sql)
         .await
@@ -161,4 +186,38 @@ async fn a_half_client_hello_times_out() {
     assert!(read.is_ok(), "the half handshake was not closed");
     let got = direct_query(&weir, &certs, &[b"postgresql"], "select 4").await;
     assert_eq!(got.as_deref(), Ok("4"));
+}
+
+/// A TLS client that sits idle (long past the second after which idle plain clients are
+/// parked) keeps its connection and its session, both ways of starting TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tls_client_keeps_its_connection() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "require")
+        .set("pool_mode", "transaction")
+        .start();
+    let mut clients = Vec::new();
+    for ssl_request in [true, false] {
+        let c = tls_client(&weir, &certs, &[b"postgresql"], ssl_request)
+            .await
+            .expect("TLS login");
+        let set = c.simple_query("set application_name = 'idle_tls'").await;
+        assert!(set.is_ok(), "{set:?}");
+        clients.push(c);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    for c in &clients {
+        assert_eq!(
+            first_value(c, "show application_name").await.as_deref(),
+            Ok("idle_tls"),
+            "{}",
+            weir.log_tail()
+        );
+    }
+    assert!(
+        !weir.log().contains("could not park"),
+        "{}",
+        weir.log_tail()
+    );
 }

@@ -734,8 +734,9 @@ impl Session {
                 signals = info.stopped_parking_or_notified() => {
                     if signals & PARK != 0 {
                         info.take_park();
-                        // A listener keeps its task: notifications come to it.
-                        if self.inbuf.is_empty() && !self.listening() {
+                        // A listener keeps its task: notifications come to it. So does a
+                        // TLS client (park::park).
+                        if self.inbuf.is_empty() && !self.listening() && !self.stream.is_tls() {
                             return Wake::Park;
                         }
                     }

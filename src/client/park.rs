@@ -115,6 +115,11 @@ pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     let Some(lot) = LOT.as_ref() else {
         return Err(session);
     };
+    // The TLS session would have to be kept apart from the socket: TLS clients keep
+    // their tasks instead.
+    if session.stream.is_tls() {
+        return Err(session);
+    }
     let info = session.client.0.clone();
     let pid = info.key.pid;
     // No timer (it belongs to this worker's runtime) and no buffers (they go back to this
