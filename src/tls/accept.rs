@@ -78,6 +78,11 @@ impl ClientTls {
         // libpq 17 and later send it (and require it for sslnegotiation=direct); clients
         // that send no ALPN are accepted all the same.
         config.alpn_protocols = vec![b"postgresql".to_vec()];
+        // libpq never resumes a TLS session, and PostgreSQL itself turns resumption off
+        // (SSL_OP_NO_TICKET, no session cache): tickets would be made and sent on every
+        // login for nothing.
+        config.send_tls13_tickets = 0;
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         Ok(ClientTls {
             mode: g.client_tls_sslmode,
             config: Some(Arc::new(config)),

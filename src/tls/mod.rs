@@ -7,7 +7,7 @@ pub mod accept;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::crypto::ring::{cipher_suite as cs, default_provider};
+use rustls::crypto::aws_lc_rs::{cipher_suite as cs, default_provider};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
