@@ -3,7 +3,8 @@
 
 Used by bench/run for the idle-client memory measurement. Each client does a
 real startup: StartupMessage, authentication (trust, cleartext or md5), and
-waits for ReadyForQuery. Then the socket is simply held open.
+waits for ReadyForQuery. Then the socket is simply held open. With BENCH_CLIENT_TLS=1
+in the environment, each client asks for TLS first (SSLRequest).
 
     idle_clients.py HOST PORT USER PASSWORD DBNAME COUNT [CONCURRENCY [STATEMENTS]]
 
@@ -20,7 +21,9 @@ Python standard library only.
 
 import asyncio
 import hashlib
+import os
 import resource
+import ssl
 import struct
 import sys
 
@@ -69,9 +72,23 @@ async def prepare(reader, writer, n):
             return
 
 
+async def start_tls(reader, writer):
+    """SSLRequest, then TLS over the same stream (bench/run --client-tls)."""
+    writer.write(struct.pack("!II", 8, 80877103))
+    await writer.drain()
+    if await reader.readexactly(1) != b"S":
+        raise RuntimeError("the pooler refused TLS")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    await writer.start_tls(ctx)
+
+
 async def login(host, port, user, password, dbname):
     reader, writer = await asyncio.open_connection(host, port)
     try:
+        if os.environ.get("BENCH_CLIENT_TLS") == "1":
+            await start_tls(reader, writer)
         writer.write(startup_packet(user, dbname))
         await writer.drain()
         while True:
