@@ -846,7 +846,15 @@ impl Session {
                 std::task::ready!(self.stream.poll_read_ready(cx))?;
             }
             crate::bufpool::ensure(&mut self.inbuf);
-            tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf)
+            let read =
+                tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf);
+            // Over TLS readiness cannot be known without reading (the session may hold
+            // plaintext already), and a TCP socket's readiness may be stale: an idle
+            // client must not wait holding a buffer (16 kB each).
+            if read.is_pending() {
+                crate::bufpool::park(&mut self.inbuf);
+            }
+            read
         })
         .await
     }
