@@ -576,7 +576,7 @@ fn server_row(ctx: &Ctx, s: &Arc<ServerInfo>, state: &str, debug: bool) -> Vec<V
         text(ptr(s)),
         client.map(ptr),
         int(s.remote_pid()),
-        text(""),
+        text(s.tls()),
         text(client.map(|c| &*c.application_name).unwrap_or("")),
         int(s.prepared()),
         int(s.id),

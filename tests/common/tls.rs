@@ -63,6 +63,15 @@ impl Certs {
         self.sign(name, cn, "extendedKeyUsage=clientAuth\n");
     }
 
+    /// `<name>.crt`/`<name>.key`: a server certificate for the DNS name `dns` only.
+    pub fn server(&self, name: &str, dns: &str) {
+        self.sign(
+            name,
+            dns,
+            &format!("subjectAltName=DNS:{dns}\nextendedKeyUsage=serverAuth\n"),
+        );
+    }
+
     fn sign(&self, name: &str, cn: &str, ext: &str) {
         let d = self.dir.path();
         let (key, csr, crt, extf) = (
