@@ -384,3 +384,136 @@ fn psql_verify_full_channel_binding_end_to_end() {
     .expect_err("wrong password");
     assert!(e.contains("password authentication failed"), "{e}");
 }
+
+/// server_tls_protocols, server_tls_ciphers and server_tls13_ciphers decide what is
+/// negotiated, as SHOW SERVERS shows in OpenSSL's names.
+#[test]
+fn protocols_and_ciphers() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let cases = [
+        (
+            "tlsv1.2",
+            "ECDHE-RSA-CHACHA20-POLY1305",
+            None,
+            "TLSv1.2/ECDHE-RSA-CHACHA20-POLY1305/ECDH=",
+        ),
+        (
+            "tlsv1.2",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+            None,
+            "TLSv1.2/ECDHE-RSA-AES128-GCM-SHA256/ECDH=",
+        ),
+        (
+            "secure",
+            "default",
+            Some("TLS_CHACHA20_POLY1305_SHA256"),
+            "TLSv1.3/TLS_CHACHA20_POLY1305_SHA256/ECDH=",
+        ),
+    ];
+    for (protocols, ciphers, tls13, want) in cases {
+        let mut b = weir_to(&pg, "127.0.0.1", "require")
+            .set("server_tls_protocols", protocols)
+            .set("server_tls_ciphers", ciphers);
+        if let Some(c) = tls13 {
+            b = b.set("server_tls13_ciphers", c);
+        }
+        let weir = b.start();
+        let ssl = session_ssl(&weir);
+        assert!(ssl.as_ref().is_ok_and(|s| s.starts_with('t')), "{ssl:?}");
+        let tls = servers_tls(&weir);
+        assert!(
+            tls.len() == 1 && tls[0].starts_with(want),
+            "{want}: {tls:?}"
+        );
+    }
+    let mut weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("server_tls_ciphers", "ECDHE-RSA-AES128-GCM-SHA257")
+        .spawn();
+    assert!(weir
+        .wait_exit(std::time::Duration::from_secs(10))
+        .is_some_and(|s| !s.success()));
+    assert!(
+        weir.stderr().contains("server TLS: unknown TLS cipher"),
+        "{}",
+        weir.stderr()
+    );
+}
+
+/// RELOAD: raising server_tls_sslmode takes effect for new servers; a reload naming a
+/// bad CA file is refused and the old settings stay.
+#[test]
+fn reload_changes_the_mode() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let mut weir = weir_to(&pg, "127.0.0.1", "disable")
+        .set("server_login_retry", 1)
+        .start();
+    assert!(query(&weir, "select 1").is_err());
+    let verify = weir_to(&pg, "127.0.0.1", "verify-full")
+        .set("server_login_retry", 1)
+        .set("server_tls_ca_file", certs.p("ca.crt"));
+    weir.reload_with(verify);
+    // Once the failed login's retry delay has passed.
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || query(
+            &weir, "select 1"
+        )
+        .is_ok()),
+        "{}",
+        weir.log_tail()
+    );
+    std::fs::write(certs.path("bad.crt"), "nothing\n").expect("write");
+    weir.reload_with(
+        weir_to(&pg, "127.0.0.1", "verify-full").set("server_tls_ca_file", certs.p("bad.crt")),
+    );
+    assert!(eventually(TIMEOUT, || weir.logfile().contains("bad.crt")));
+    pg.exec("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'app_s'");
+    assert!(eventually(TIMEOUT, || pg.count_backends("app_s") == 0));
+    assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
+}
+
+/// SHOW CLIENTS tls and the login log line name a TLS client's session, as PgBouncer's do.
+#[test]
+fn show_clients_tls() {
+    use std::io::{BufRead, BufReader, Write};
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("client_tls_sslmode", "prefer")
+        .set("client_tls_cert_file", certs.p("server.crt"))
+        .set("client_tls_key_file", certs.p("server.key"))
+        .start();
+    let mut held = clean_command("psql")
+        .args(["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-p"])
+        .arg(weir.port().to_string())
+        .args(["-U", "app_s", "-d", "dbname=postgres sslmode=require"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut to = held.stdin.take().expect("stdin");
+    let mut from = BufReader::new(held.stdout.take().expect("stdout"));
+    writeln!(to, "select 'in';").expect("write");
+    to.flush().expect("flush");
+    let mut line = String::new();
+    from.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "in");
+    let mut c = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    let res = console::ok(&mut c, "show clients");
+    let tls = res.get("user", "app_s", "tls");
+    assert!(
+        tls.starts_with("TLSv1.3/TLS_") && tls.contains("/ECDH="),
+        "{tls}"
+    );
+    // The console client came in the clear.
+    assert_eq!(res.get("user", "postgres", "tls"), "");
+    assert!(
+        weir.logfile().contains(&format!("user=app_s tls={tls}")),
+        "{}",
+        weir.logfile()
+    );
+    drop(to);
+    let _ = held.wait();
+}

@@ -490,7 +490,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
         text(ptr(c)),
         link,
         int(0),
-        text(""),
+        text(crate::registry::client_tls::get(c)),
         text(&*c.application_name),
         int(c.prepared()),
         int(c.key.pid),
