@@ -63,10 +63,12 @@ impl Snapshot {
                 tracing::error!("{e}");
                 crate::tls::accept::ClientTls::disabled()
             });
+        // Checked by `load` and admin SET; should a file have changed since, servers
+        // are not reached with less than the mode asks for (ServerTls::unusable).
         let server_tls = crate::tls::connect::ServerTls::from_config(&config.general)
             .unwrap_or_else(|e| {
                 tracing::error!("{e}");
-                crate::tls::connect::ServerTls::disabled()
+                crate::tls::connect::ServerTls::unusable(config.general.server_tls_sslmode)
             });
         let (hba, ident) = auth_files(&config.general).unwrap_or_else(|e| {
             tracing::error!("{e}");

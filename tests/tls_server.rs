@@ -323,6 +323,12 @@ fn a_server_that_dies_while_idle_is_replaced() {
         .set("pool_mode", "transaction")
         .start();
     let first = query(&weir, "select pg_backend_pid()").expect("first");
+    // An idle TLS server is seen as healthy (nothing left unread on its socket) and
+    // lent again.
+    assert_eq!(
+        query(&weir, "select pg_backend_pid()").as_deref(),
+        Ok(first.as_str())
+    );
     pg.exec("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'app_s'");
     assert!(eventually(TIMEOUT, || pg.count_backends("app_s") == 0));
     let second = query(&weir, "select pg_backend_pid()").expect("after the backend died");
@@ -468,6 +474,11 @@ fn reload_changes_the_mode() {
         weir_to(&pg, "127.0.0.1", "verify-full").set("server_tls_ca_file", certs.p("bad.crt")),
     );
     assert!(eventually(TIMEOUT, || weir.logfile().contains("bad.crt")));
+    // Nor does the console's SET take it.
+    let mut c = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    let set = format!("set server_tls_ca_file = '{}'", certs.p("bad.crt"));
+    assert!(console::run(&mut c, &set).is_err());
     pg.exec("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'app_s'");
     assert!(eventually(TIMEOUT, || pg.count_backends("app_s") == 0));
     assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
@@ -516,4 +527,30 @@ fn show_clients_tls() {
     );
     drop(to);
     let _ = held.wait();
+}
+
+/// A cancel request reaches a server Weir talks to in TLS (PostgreSQL takes the request
+/// in the clear on a new connection, whatever its pg_hba says).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_a_tls_server() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let weir = weir_to(&pg, "127.0.0.1", "require").start();
+    let client = connect(weir.port(), "postgres", "app_s")
+        .await
+        .expect("connect");
+    let token = client.cancel_token();
+    let started = std::time::Instant::now();
+    let sleeper = tokio::spawn(async move { client.simple_query("select pg_sleep(30)").await });
+    assert!(eventually(TIMEOUT, || pg.count_backends_where(
+        "query = 'select pg_sleep(30)' and state = 'active'"
+    ) == 1));
+    token
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("cancel sent");
+    let r = sleeper.await.expect("join");
+    let e = r.expect_err("pg_sleep was not cancelled");
+    assert_eq!(expect_db_error(&e).code, "57014", "{e:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }

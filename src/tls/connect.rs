@@ -51,6 +51,16 @@ impl ServerTls {
         }
     }
 
+    /// The settings could not be used: prefer and allow go on in the clear, stricter
+    /// modes refuse every server login.
+    pub fn unusable(mode: SslMode) -> ServerTls {
+        ServerTls {
+            mode,
+            config: None,
+            settings: "unusable".to_owned(),
+        }
+    }
+
     pub fn from_config(g: &General) -> Result<ServerTls, String> {
         if g.server_tls_sslmode == SslMode::Disable {
             return Ok(ServerTls::disabled());
@@ -150,6 +160,8 @@ pub enum TlsError {
     Name(String),
     #[error("{0}")]
     Io(std::io::Error),
+    #[error("the server TLS settings could not be loaded (see the log)")]
+    Unusable,
 }
 
 pub fn mode_name(mode: SslMode) -> &'static str {
@@ -173,7 +185,10 @@ pub async fn upgrade(
     required: bool,
 ) -> Result<Stream, TlsError> {
     let Some(config) = &tls.config else {
-        return Ok(stream);
+        return match required {
+            true => Err(TlsError::Unusable),
+            false => Ok(stream),
+        };
     };
     // SSLRequest: length 8, code 80877103.
     stream
