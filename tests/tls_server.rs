@@ -554,3 +554,31 @@ async fn cancel_reaches_a_tls_server() {
     assert_eq!(expect_db_error(&e).code, "57014", "{e:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
+
+/// LISTEN in transaction mode: the pool's listening server (crate::listen) reads its
+/// notifications over TLS too.
+#[test]
+fn notifications_over_server_tls() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("pool_mode", "transaction")
+        .start();
+    let login = || {
+        RawConn::startup(weir.port(), "app_s", "postgres", &[])
+            .unwrap_or_else(|e| panic!("login: {e:?}"))
+    };
+    let mut listener = login();
+    let mut notifier = login();
+    listener.simple_query("LISTEN jobs").expect("listen");
+    for payload in ["one", "two"] {
+        notifier
+            .simple_query(&format!("NOTIFY jobs, '{payload}'"))
+            .expect("notify");
+        listener.set_read_timeout(std::time::Duration::from_secs(10));
+        let m = listener.read_message_or_panic("a notification");
+        assert_eq!(m.tag, b'A', "{:?}", m.tag_char());
+        assert!(m.body.ends_with(format!("jobs\0{payload}\0").as_bytes()));
+    }
+    assert!(servers_tls(&weir).iter().all(|t| t.starts_with("TLSv1.3")));
+}
