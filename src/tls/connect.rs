@@ -74,13 +74,11 @@ impl ServerTls {
             .map_err(|e| what(e.to_string()))?;
         let verifier: Arc<dyn ServerCertVerifier> = match g.server_tls_sslmode {
             SslMode::VerifyCa | SslMode::VerifyFull => {
-                let Some(ca) = &g.server_tls_ca_file else {
-                    return Err(what(
-                        "server_tls_sslmode verify-ca and verify-full need server_tls_ca_file"
-                            .into(),
-                    ));
+                let roots = match &g.server_tls_ca_file {
+                    Some(ca) => super::roots(ca).map_err(what)?,
+                    None => system_roots().map_err(what)?,
                 };
-                let roots = Arc::new(super::roots(ca).map_err(what)?);
+                let roots = Arc::new(roots);
                 let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                     .build()
                     .map_err(|e| what(e.to_string()))?;
@@ -147,6 +145,35 @@ impl ServerTls {
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
         )
     }
+}
+
+/// Where distributions keep the system's CA bundle: what PgBouncer's TLS library reads
+/// when server_tls_ca_file is not set (a server with a publicly signed certificate).
+const SYSTEM_CA_FILES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The system's CA bundle; certificates in it that webpki cannot use are skipped.
+fn system_roots() -> Result<rustls::RootCertStore, String> {
+    let Some(path) = SYSTEM_CA_FILES
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.is_file())
+    else {
+        return Err(
+            "server_tls_sslmode verify-ca and verify-full need server_tls_ca_file (no system CA bundle found)"
+                .into(),
+        );
+    };
+    let mut store = rustls::RootCertStore::empty();
+    let (added, _) = store.add_parsable_certificates(super::certs(path)?);
+    if added == 0 {
+        return Err(format!("{}: no usable CA certificate", path.display()));
+    }
+    Ok(store)
 }
 
 /// Why a server connection is not in TLS though it was to be.
