@@ -247,6 +247,24 @@ fn scram_plus_towards_the_server() {
     assert_eq!(query(&weir, "select current_user").as_deref(), Ok("app_s"));
     let log = weir.logfile();
     assert!(log.contains("SCRAM login as SCRAM-SHA-256-PLUS"), "{log}");
+    // A certificate signed with SHA-384: the binding data is its SHA-384 hash (RFC 5929),
+    // which PostgreSQL checks.
+    certs.server_sha384("server384");
+    pg.enable_tls(
+        &certs.path("server384.crt"),
+        &certs.path("server384.key"),
+        &certs.path("ca.crt"),
+    );
+    let weir = weir_to(&pg, "127.0.0.1", "verify-full")
+        .set("server_tls_ca_file", certs.p("ca.crt"))
+        .start();
+    assert_eq!(
+        query(&weir, "select current_user").as_deref(),
+        Ok("app_s"),
+        "{}",
+        weir.log_tail()
+    );
+    assert!(weir.logfile().contains("SCRAM login as SCRAM-SHA-256-PLUS"));
     // In the clear PostgreSQL offers no PLUS: plain SCRAM.
     let plain = PgServer::start();
     plain.create_user("app_s", PW, "scram-sha-256");
