@@ -3,8 +3,8 @@
 //! The modes as PgBouncer documents them: `disable` never asks for TLS; `allow` logs in
 //! in the clear and tries TLS when the server refuses that; `prefer` asks for TLS and
 //! goes on in the clear when the server has none; `require` needs TLS but checks no
-//! certificate; `verify-ca` checks the certificate against `server_tls_ca_file`;
-//! `verify-full` checks the host name too. Unix sockets never use TLS (PostgreSQL
+//! certificate; `verify-ca` checks the certificate against `server_tls_ca_file` (else
+//! the system's CA bundle); `verify-full` checks the host name too. Unix sockets never use TLS (PostgreSQL
 //! has none there).
 
 use std::sync::Arc;
@@ -191,17 +191,6 @@ pub enum TlsError {
     Unusable,
 }
 
-pub fn mode_name(mode: SslMode) -> &'static str {
-    match mode {
-        SslMode::Disable => "disable",
-        SslMode::Allow => "allow",
-        SslMode::Prefer => "prefer",
-        SslMode::Require => "require",
-        SslMode::VerifyCa => "verify-ca",
-        SslMode::VerifyFull => "verify-full",
-    }
-}
-
 /// Asks the server for TLS (SSLRequest) and, when it agrees, shakes hands as `host`.
 /// Returns the stream as it is to be used: in TLS, or as it was when the server has no
 /// TLS and the mode lets that pass.
@@ -229,7 +218,7 @@ pub async fn upgrade(
     match answer[0] {
         b'S' => {}
         // 'N', or an ErrorResponse from a server too old to know the request.
-        _ if required => return Err(TlsError::Refused(mode_name(tls.mode))),
+        _ if required => return Err(TlsError::Refused(tls.mode.as_str())),
         b'N' => return Ok(stream),
         _ => {
             return Err(TlsError::Io(std::io::Error::new(
