@@ -117,6 +117,9 @@ impl ServerTls {
         // PostgreSQL 17 checks it when sent (and needs it for direct TLS); older ones
         // ignore it.
         config.alpn_protocols = vec![b"postgresql".to_vec()];
+        // PostgreSQL turns session resumption off: tickets and a cache would be kept for
+        // nothing.
+        config.resumption = rustls::client::Resumption::disabled();
         let path = |p: &Option<std::path::PathBuf>| {
             p.as_ref()
                 .map(|p| p.display().to_string())
