@@ -22,6 +22,8 @@ pub struct Snapshot {
     secrets: HashMap<String, Secret>,
     /// TLS towards clients, with the certificates and keys as read at this load.
     pub client_tls: Arc<crate::tls::accept::ClientTls>,
+    /// TLS towards servers, likewise.
+    pub server_tls: Arc<crate::tls::connect::ServerTls>,
     /// auth_hba_file and auth_ident_file as read at this load.
     pub hba: Option<Arc<weir_config::hba::Hba>>,
     pub ident: Option<Arc<weir_config::hba::Ident>>,
@@ -61,6 +63,13 @@ impl Snapshot {
                 tracing::error!("{e}");
                 crate::tls::accept::ClientTls::disabled()
             });
+        // Checked by `load` and admin SET; should a file have changed since, servers
+        // are not reached with less than the mode asks for (ServerTls::unusable).
+        let server_tls = crate::tls::connect::ServerTls::from_config(&config.general)
+            .unwrap_or_else(|e| {
+                tracing::error!("{e}");
+                crate::tls::connect::ServerTls::unusable(config.general.server_tls_sslmode)
+            });
         let (hba, ident) = auth_files(&config.general).unwrap_or_else(|e| {
             tracing::error!("{e}");
             (None, None)
@@ -70,6 +79,7 @@ impl Snapshot {
             auth_file,
             secrets,
             client_tls: Arc::new(client_tls),
+            server_tls: Arc::new(server_tls),
             hba,
             ident,
         }
@@ -78,6 +88,7 @@ impl Snapshot {
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let config = weir_config::load(path).map_err(|e| e.to_string())?;
         crate::tls::accept::ClientTls::from_config(&config.general)?;
+        crate::tls::connect::ServerTls::from_config(&config.general)?;
         auth_files(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
@@ -266,6 +277,7 @@ fn same_target(a: &ServerTarget, b: &ServerTarget) -> bool {
         && a.startup_params == b.startup_params
         && a.connect_query == b.connect_query
         && a.tcp == b.tcp
+        && a.tls == b.tls
 }
 
 /// Where PostgreSQL's Unix socket is when a database entry names no host.
@@ -332,6 +344,7 @@ fn pool_settings(
             connect_query: db.connect_query.clone(),
             connect_timeout: g.server_connect_timeout,
             tcp: crate::tcp_options::TcpOptions::from_config(g),
+            tls: snap.server_tls.clone(),
             generation,
         },
         reserve_pool_size: user

@@ -88,18 +88,21 @@ fn console(s: &AdminSession) -> Prefix<'_> {
 }
 
 /// A client that has logged in (PgBouncer logs it once authentication passed).
-pub fn login_attempt(c: &ClientInfo) {
-    logged_in(client(c));
+pub fn login_attempt(c: &std::sync::Arc<ClientInfo>) {
+    if CONNECTIONS.load(Ordering::Relaxed) {
+        let tls = crate::registry::client_tls::get(c);
+        logged_in(client(c), if tls.is_empty() { "no" } else { &tls });
+    }
 }
 
 pub fn console_login(s: &AdminSession) {
-    logged_in(console(s));
+    logged_in(console(s), "no");
 }
 
-fn logged_in(who: Prefix<'_>) {
+fn logged_in(who: Prefix<'_>, tls: &str) {
     if CONNECTIONS.load(Ordering::Relaxed) {
         tracing::info!(
-            "{who} login attempt: db={} user={} tls=no",
+            "{who} login attempt: db={} user={} tls={tls}",
             who.database,
             who.user
         );

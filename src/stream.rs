@@ -62,13 +62,23 @@ impl Stream {
     /// Tries a non-blocking read: used to see whether an idle server connection was closed
     /// (or sent something unasked) while it sat in the pool.
     /// Over TLS the bytes are only peeked at (reading them would take them from the TLS
-    /// session): what matters to the caller is whether anything or EOF arrived.
+    /// session): what matters to the caller is whether anything or EOF arrived; `buf`
+    /// is then not to be read.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
             Stream::Parked(_) => Err(detached()),
             Stream::Tls(t) => {
+                // Decrypted bytes nobody read, or the peer's close_notify, already taken
+                // from the socket: the socket would look quiet.
+                let wants_read = match &**t {
+                    tokio_rustls::TlsStream::Client(c) => c.get_ref().1.wants_read(),
+                    tokio_rustls::TlsStream::Server(s) => s.get_ref().1.wants_read(),
+                };
+                if !wants_read {
+                    return Ok(1);
+                }
                 // SAFETY: MaybeUninit<u8> has u8's layout, and peek only writes into it.
                 let spare = unsafe {
                     std::slice::from_raw_parts_mut(

@@ -420,6 +420,12 @@ pub fn set(app: &App, key: &str, value: &str) -> Result<String, String> {
         tracing::warn!("SET {key}: {e}");
         return Err(failed());
     }
+    // Unusable server TLS settings would leave servers to be reached without the checks
+    // asked for: refused, where client TLS is only turned off (Snapshot::new).
+    if let Err(e) = crate::tls::connect::ServerTls::from_config(&config.general) {
+        tracing::warn!("SET {key}: {e}");
+        return Err(failed());
+    }
     app.apply(Snapshot::new(config, snap.auth_file.clone()));
     tracing::info!("SET {key} = {value}");
     Ok(format!("SET {key}={value}"))

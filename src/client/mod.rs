@@ -354,6 +354,12 @@ async fn start(
     );
     // The registration uncounts the client when it goes.
     admission.keep();
+    if let Stream::Tls(t) = &stream {
+        if let tokio_rustls::TlsStream::Server(s) = &**t {
+            let tls = crate::tls::connect::describe(s.get_ref().1);
+            crate::registry::client_tls::set(&handle.0, tls);
+        }
+    }
     crate::conn_log::login_attempt(&handle.0);
     pool.clients.fetch_add(1, Ordering::Relaxed);
     // Once per session, here and not in the relay: a parked session that resumes does not

@@ -70,7 +70,8 @@ fn unreachable(e: &ConnectError) -> bool {
     match e {
         ConnectError::Io(_) | ConnectError::Closed | ConnectError::Timeout => true,
         ConnectError::Server(pg) => pg.code.starts_with("57P") || pg.code.starts_with("08"),
-        ConnectError::Auth(_) | ConnectError::Protocol(_) => false,
+        // A TLS refusal or a certificate that fails the checks is a setting to fix.
+        ConnectError::Auth(_) | ConnectError::Protocol(_) | ConnectError::Tls(_) => false,
     }
 }
 

@@ -3,6 +3,7 @@
 //! the admin console. Entries live exactly as long as their connection.
 
 pub mod client_limits;
+pub mod client_tls;
 pub mod clients;
 pub mod servers;
 

@@ -33,6 +33,8 @@ pub struct ServerInfo {
     prepared: AtomicU32,
     /// Our end of the connection (SHOW SERVERS local_addr/local_port), once connected.
     local: OnceLock<Endpoint>,
+    /// The TLS session (SHOW SERVERS tls), empty in the clear.
+    tls: OnceLock<Box<str>>,
 }
 
 impl ServerInfo {
@@ -51,6 +53,12 @@ impl ServerInfo {
     }
     pub fn local(&self) -> Option<&Endpoint> {
         self.local.get()
+    }
+    pub fn tls(&self) -> &str {
+        self.tls.get().map_or("", |t| t)
+    }
+    pub fn set_tls(&self, tls: String) {
+        let _ = self.tls.set(tls.into());
     }
     pub fn set_local(&self, end: Endpoint) {
         let _ = self.local.set(end);
@@ -103,6 +111,7 @@ impl ServerHandle {
                 client: AtomicU32::new(0),
                 prepared: AtomicU32::new(0),
                 local: OnceLock::new(),
+                tls: OnceLock::new(),
             },
         );
         ServerHandle(info)

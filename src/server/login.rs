@@ -7,7 +7,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
-use weir_auth::scram::{ClientSession, Credential, MECHANISM};
+use weir_auth::scram::{Binding, ClientSession, Credential, MECHANISM, MECHANISM_PLUS};
 use weir_auth::Secret;
 
 use super::{BackendKey, ServerAddr, ServerConn};
@@ -19,6 +19,7 @@ use crate::protocol::reader::read_message;
 use crate::protocol::PgError;
 use crate::registry::servers::ServerHandle;
 use crate::stream::Stream;
+use crate::tls::connect::{ServerTls, TlsError};
 
 /// Everything needed to open one server connection for a pool.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct ServerTarget {
     pub connect_query: Option<String>,
     pub connect_timeout: Duration,
     pub tcp: crate::tcp_options::TcpOptions,
+    /// server_tls_sslmode and the rustls configuration for it.
+    pub tls: std::sync::Arc<ServerTls>,
     pub generation: u64,
 }
 
@@ -50,6 +53,8 @@ pub enum ConnectError {
     Auth(String),
     #[error("protocol error: {0}")]
     Protocol(&'static str),
+    #[error("{0}")]
+    Tls(#[from] TlsError),
 }
 
 impl ConnectError {
@@ -89,15 +94,59 @@ async fn open(addr: &ServerAddr, tcp: &crate::tcp_options::TcpOptions) -> io::Re
     })
 }
 
+/// TLS is asked for over TCP only: PostgreSQL has none on its Unix sockets (and libpq
+/// and PgBouncer ignore sslmode there).
 async fn connect_inner(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
+) -> Result<ServerConn, ConnectError> {
+    let ServerAddr::Tcp { host, .. } = &target.addr else {
+        return attempt(target, scram_keys, None).await;
+    };
+    match target.tls.mode {
+        weir_config::SslMode::Disable => attempt(target, scram_keys, None).await,
+        // allow: in the clear first; TLS only when the server refused that login.
+        weir_config::SslMode::Allow => match attempt(target, scram_keys.clone(), None).await {
+            Err(ConnectError::Server(e)) => {
+                tracing::debug!(addr = %target.addr, "plain login refused ({e}); trying TLS (server_tls_sslmode allow)");
+                match attempt(target, scram_keys, Some((host, true))).await {
+                    // No TLS there either: the refusal of the plain login is the news.
+                    Err(ConnectError::Tls(TlsError::Refused(_))) => Err(ConnectError::Server(e)),
+                    r => r,
+                }
+            }
+            r => r,
+        },
+        _ => attempt(target, scram_keys, Some((host, target.tls.required()))).await,
+    }
+}
+
+/// One login; `tls` is the host name to check the certificate against, and whether the
+/// server must agree to TLS, when TLS is to be asked for.
+async fn attempt(
+    target: &ServerTarget,
+    scram_keys: Option<Credential>,
+    tls: Option<(&str, bool)>,
 ) -> Result<ServerConn, ConnectError> {
     let id = ServerConn::next_id();
     let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
     let mut stream = open(&target.addr, &target.tcp).await?;
     info.0.set_local(stream.local());
     crate::conn_log::server_opened(&info.0);
+    if let Some((host, required)) = tls {
+        stream = crate::tls::connect::upgrade(stream, &target.tls, host, required).await?;
+    }
+    // What SCRAM binds to in TLS: the hash of the server's certificate.
+    let binding = match crate::tls::connect::session(&stream) {
+        Some(conn) => {
+            info.0.set_tls(crate::tls::connect::describe(conn));
+            conn.peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| crate::tls::end_point(c))
+                .map_or(Binding::Unused, Binding::EndPoint)
+        }
+        None => Binding::None,
+    };
     let mut params: Vec<(&str, &str)> =
         vec![("user", &target.user), ("database", &target.database)];
     params.extend(
@@ -155,9 +204,12 @@ async fn connect_inner(
                         messages::password_message(&mut out, &data);
                     }
                     AUTH_SASL => {
-                        let offers_scram =
-                            body.split(|b| *b == 0).any(|m| m == MECHANISM.as_bytes());
-                        if !offers_scram {
+                        let offered =
+                            |name: &str| body.split(|b| *b == 0).any(|m| m == name.as_bytes());
+                        let offers_scram = offered(MECHANISM);
+                        let plus =
+                            offered(MECHANISM_PLUS) && matches!(binding, Binding::EndPoint(_));
+                        if !offers_scram && !plus {
                             return Err(ConnectError::Auth(
                                 "server offers no SASL mechanism Weir supports".into(),
                             ));
@@ -167,9 +219,14 @@ async fn connect_inner(
                             (_, Some(keys)) => keys,
                             _ => return Err(ConnectError::Auth("server asks for SCRAM, and neither a password nor the client's SCRAM keys are available".into())),
                         };
-                        let mut session = ClientSession::new(credential);
+                        let binding = match &binding {
+                            Binding::EndPoint(_) if !plus => Binding::Unused,
+                            b => b.clone(),
+                        };
+                        let mut session = ClientSession::new(credential).with_binding(binding);
                         let first = session.client_first();
-                        messages::sasl_initial_response(&mut out, MECHANISM, &first);
+                        tracing::debug!(addr = %target.addr, "SCRAM login as {}", session.mechanism());
+                        messages::sasl_initial_response(&mut out, session.mechanism(), &first);
                         scram = Some(session);
                     }
                     AUTH_SASL_CONTINUE => {

@@ -3,6 +3,7 @@
 //! `connect` for servers.
 
 pub mod accept;
+pub mod connect;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -222,6 +223,22 @@ pub fn roots(path: &Path) -> Result<RootCertStore, String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(store)
+}
+
+/// The certificate's hash with its signature's hash function (SHA-256 for MD5, SHA-1
+/// and what names none), as PostgreSQL computes it; None when it cannot be parsed (then
+/// SCRAM-SHA-256-PLUS is not used).
+pub fn end_point(cert: &[u8]) -> Option<Vec<u8>> {
+    use sha2::Digest;
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let oid = parsed.signature_algorithm.algorithm.to_id_string();
+    Some(match oid.as_str() {
+        // sha384WithRSAEncryption, ecdsa-with-SHA384
+        "1.2.840.113549.1.1.12" | "1.2.840.10045.4.3.3" => sha2::Sha384::digest(cert).to_vec(),
+        // sha512WithRSAEncryption, ecdsa-with-SHA512
+        "1.2.840.113549.1.1.13" | "1.2.840.10045.4.3.4" => sha2::Sha512::digest(cert).to_vec(),
+        _ => sha2::Sha256::digest(cert).to_vec(),
+    })
 }
 
 #[cfg(test)]

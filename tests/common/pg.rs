@@ -401,6 +401,45 @@ impl PgServer {
         self.reload();
     }
 
+    /// Turns TLS on with `cert`/`key` (copied into the data directory, as PostgreSQL
+    /// wants its key owned by it and private) and `ca` for client certificates, then
+    /// reloads. Other tests are untouched: the harness starts servers with ssl off.
+    pub fn enable_tls(&self, cert: &Path, key: &Path, ca: &Path) {
+        let data = self.data_dir();
+        for (from, to) in [(cert, "server.crt"), (key, "server.key"), (ca, "root.crt")] {
+            fs::copy(from, data.join(to)).expect("copy TLS file");
+            fs::set_permissions(data.join(to), fs::Permissions::from_mode(0o600)).unwrap();
+            chown_r(&data.join(to));
+        }
+        let mut conf = fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        use std::io::Write;
+        writeln!(
+            conf,
+            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+             ssl_ca_file = 'root.crt'"
+        )
+        .unwrap();
+        drop(conf);
+        self.reload();
+    }
+
+    /// Replaces pg_hba.conf with exactly `local all postgres trust` (the harness's own
+    /// connections) and `lines`: unlike `set_hba`, nothing else is let in.
+    pub fn set_hba_only(&self, lines: &[&str]) {
+        let mut text = String::from("local all postgres trust\n");
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let path = self.data_dir().join("pg_hba.conf");
+        fs::write(&path, text).unwrap();
+        chown_r(&path);
+        self.reload();
+    }
+
     /// `pg_reload_conf()` and wait until new backends see the reload.
     pub fn reload(&self) {
         let before = self.psql("select pg_conf_load_time()");

@@ -63,7 +63,32 @@ impl Certs {
         self.sign(name, cn, "extendedKeyUsage=clientAuth\n");
     }
 
+    /// `<name>.crt`/`<name>.key`: a server certificate for the DNS name `dns` only.
+    pub fn server(&self, name: &str, dns: &str) {
+        self.sign(
+            name,
+            dns,
+            &format!("subjectAltName=DNS:{dns}\nextendedKeyUsage=serverAuth\n"),
+        );
+    }
+
+    /// `<name>.crt`/`<name>.key` for localhost and 127.0.0.1, with an EC P-384 key and
+    /// signed with SHA-384: a certificate whose tls-server-end-point hash is SHA-384.
+    pub fn server_sha384(&self, name: &str) {
+        self.sign_with(
+            name,
+            "localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
+            "-sha384",
+        );
+    }
+
     fn sign(&self, name: &str, cn: &str, ext: &str) {
+        self.sign_with(name, cn, ext, &["-newkey", "rsa:2048"], "-sha256");
+    }
+
+    fn sign_with(&self, name: &str, cn: &str, ext: &str, newkey: &[&str], digest: &str) {
         let d = self.dir.path();
         let (key, csr, crt, extf) = (
             format!("{name}.key"),
@@ -74,17 +99,19 @@ impl Certs {
         openssl(
             d,
             &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={cn}"),
-            ],
+                &["req"][..],
+                newkey,
+                &[
+                    "-nodes",
+                    "-keyout",
+                    &key,
+                    "-out",
+                    &csr,
+                    "-subj",
+                    &format!("/CN={cn}"),
+                ],
+            ]
+            .concat(),
         );
         std::fs::write(
             d.join(&extf),
@@ -109,6 +136,7 @@ impl Certs {
                 "30",
                 "-extfile",
                 &extf,
+                digest,
             ],
         );
         // libpq refuses a key readable by others.

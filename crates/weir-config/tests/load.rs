@@ -378,7 +378,6 @@ fn notices_for_unimplemented_settings() {
     assert_eq!(
         short,
         vec![
-            ":5: option server_tls_sslmode is not implemented yet and is ignored",
             ":8: option track_extra_parameters is not implemented yet and is ignored",
             ":10: [databases] parameter load_balance_hosts is not implemented yet and is ignored",
             ":11: [databases] parameter target_session_attrs is not implemented yet and is ignored",
@@ -389,8 +388,15 @@ fn notices_for_unimplemented_settings() {
 }
 
 #[test]
-fn tls_modes_without_tls_are_implemented() {
-    for mode in ["disable", "allow", "prefer"] {
+fn every_tls_mode_is_implemented() {
+    for mode in [
+        "disable",
+        "allow",
+        "prefer",
+        "require",
+        "verify-ca",
+        "verify-full",
+    ] {
         let config = load_ok(&format!("[pgbouncer]\nserver_tls_sslmode = {mode}\n"));
         assert!(config.notices.is_empty(), "{mode}: {:?}", config.notices);
     }

@@ -7,16 +7,48 @@ use super::messages::Attrs;
 use super::{Credential, MAX_ITERATIONS};
 use crate::{b64, ct, AuthError};
 
-/// Without channel binding, which Weir does not do yet.
-const GS2_HEADER: &[u8] = b"n,,";
-/// base64("n,,")
-const CHANNEL_BINDING: &[u8] = b"biws";
+/// How the exchange is bound to the TLS channel under it (RFC 5802's gs2 cbind-flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// "n": not in TLS.
+    None,
+    /// "y": in TLS and able to bind, but the server offers no SCRAM-SHA-256-PLUS (a
+    /// server that does offer it then knows the offer was stripped on the way).
+    Unused,
+    /// "p=tls-server-end-point": SCRAM-SHA-256-PLUS, with the hash of the server's
+    /// certificate (RFC 5929).
+    EndPoint(Vec<u8>),
+}
+
+impl Binding {
+    /// The gs2 header, then the binding data: what c= carries, base64-encoded.
+    fn cbind_input(&self) -> Vec<u8> {
+        match self {
+            Binding::None => b"n,,".to_vec(),
+            Binding::Unused => b"y,,".to_vec(),
+            Binding::EndPoint(data) => {
+                let mut v = b"p=tls-server-end-point,,".to_vec();
+                v.extend_from_slice(data);
+                v
+            }
+        }
+    }
+
+    fn gs2_header(&self) -> &'static [u8] {
+        match self {
+            Binding::None => b"n,,",
+            Binding::Unused => b"y,,",
+            Binding::EndPoint(_) => b"p=tls-server-end-point,,",
+        }
+    }
+}
 
 /// One SCRAM exchange with a PostgreSQL server.
 pub struct ClientSession {
     credential: Credential,
     nonce: String,
     user: String,
+    binding: Binding,
     state: State,
 }
 
@@ -52,7 +84,22 @@ impl ClientSession {
             credential,
             nonce,
             user: user.to_owned(),
+            binding: Binding::None,
             state: State::Initial,
+        }
+    }
+
+    /// Binds the exchange to the TLS channel (before `client_first`).
+    pub fn with_binding(mut self, binding: Binding) -> ClientSession {
+        self.binding = binding;
+        self
+    }
+
+    /// The mechanism to name in SASLInitialResponse.
+    pub fn mechanism(&self) -> &'static str {
+        match self.binding {
+            Binding::EndPoint(_) => super::MECHANISM_PLUS,
+            _ => super::MECHANISM,
         }
     }
 
@@ -60,7 +107,7 @@ impl ClientSession {
     /// user name is left empty like libpq; PostgreSQL uses the startup user.
     pub fn client_first(&mut self) -> Vec<u8> {
         let client_first_bare = format!("n={},r={}", self.user, self.nonce).into_bytes();
-        let mut message = GS2_HEADER.to_vec();
+        let mut message = self.binding.gs2_header().to_vec();
         message.extend_from_slice(&client_first_bare);
         self.state = State::SentFirst { client_first_bare };
         message
@@ -105,7 +152,7 @@ impl ClientSession {
         };
 
         let mut message = b"c=".to_vec();
-        message.extend_from_slice(CHANNEL_BINDING);
+        message.extend_from_slice(b64::encode(&self.binding.cbind_input()).as_bytes());
         message.extend_from_slice(b",r=");
         message.extend_from_slice(nonce);
         let auth_message = keys::auth_message_parts(&client_first_bare, data, &message);

@@ -1,6 +1,7 @@
-//! SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL speaks it: no channel
-//! binding yet, and the user name inside the SCRAM messages is ignored in
-//! favour of the one from the startup packet.
+//! SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL speaks it, with
+//! SCRAM-SHA-256-PLUS (tls-server-end-point channel binding) over TLS; the user
+//! name inside the SCRAM messages is ignored in favour of the one from the
+//! startup packet.
 
 mod client;
 pub(crate) mod keys;
@@ -9,7 +10,7 @@ mod server;
 
 use std::fmt;
 
-pub use client::ClientSession;
+pub use client::{Binding, ClientSession};
 pub use server::{ServerFinal, ServerSession};
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";

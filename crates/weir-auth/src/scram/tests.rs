@@ -496,3 +496,53 @@ fn mangled_messages_never_panic() {
         let _ = client.server_final(&m);
     }
 }
+
+/// The client side of SCRAM-SHA-256-PLUS: the gs2 header names tls-server-end-point and
+/// c= carries the server's certificate hash, so a server holding the same hash accepts
+/// the proof and one seeing another certificate (a man in the middle) refuses it.
+#[test]
+fn client_binds_to_the_server_end_point() {
+    let data = b"0123456789abcdef0123456789abcdef".to_vec();
+    let bound_client = || password("pencil").with_binding(Binding::EndPoint(data.clone()));
+    assert_eq!(bound_client().mechanism(), MECHANISM_PLUS);
+    let first = bound_client().client_first();
+    assert!(first.starts_with(b"p=tls-server-end-point,,n=,r="));
+    let bound_server = || server(PG_PENCIL).with_channel_binding(data.clone());
+    exchange(&mut bound_client(), &mut bound_server()).expect("same end point");
+    let other = server(PG_PENCIL).with_channel_binding(b"another certificate's hash".to_vec());
+    assert!(exchange(&mut bound_client(), &mut { other }).is_err());
+    // c= is base64 of the header and the data.
+    let mut c = bound_client();
+    let mut s = bound_server();
+    let server_first = s.client_first(&c.client_first()).expect("first");
+    let fin = String::from_utf8(c.server_first(&server_first).expect("final")).unwrap();
+    let mut input = b"p=tls-server-end-point,,".to_vec();
+    input.extend_from_slice(&data);
+    assert!(
+        fin.starts_with(&format!("c={},", b64::encode(&input))),
+        "{fin}"
+    );
+}
+
+/// In TLS towards a server that offers no PLUS, the client says "y": it could bind.
+/// A server that did offer PLUS takes that as a downgrade.
+#[test]
+fn client_says_y_when_plus_is_not_offered() {
+    let mut c = password("pencil").with_binding(Binding::Unused);
+    assert_eq!(c.mechanism(), MECHANISM);
+    assert!(c.client_first().starts_with(b"y,,n=,r="));
+    exchange(
+        &mut password("pencil").with_binding(Binding::Unused),
+        &mut server(PG_PENCIL),
+    )
+    .expect("plain server");
+    let plus = server(PG_PENCIL).with_channel_binding(b"x".to_vec());
+    assert_eq!(
+        exchange(
+            &mut password("pencil").with_binding(Binding::Unused),
+            &mut { plus }
+        )
+        .err(),
+        Some(AuthError::ChannelBindingDowngrade)
+    );
+}
