@@ -270,3 +270,48 @@ fn a_hostile_crowd_does_not_stop_others() {
         rss_during >> 20
     );
 }
+
+/// The salt a SCRAM exchange offers `user` (the server-first message's s=).
+fn scram_salt(weir: &Weir, user: &str) -> String {
+    let mut c = RawConn::connect(weir.port());
+    c.send(&proto::startup_message(&[
+        ("user", user),
+        ("database", "postgres"),
+    ]));
+    let m = c.read_message_or_panic("the SASL request");
+    assert_eq!((m.tag, m.body.get(..4)), (b'R', Some(&[0, 0, 0, 10][..])));
+    let first = b"n,,n=,r=abcdefghijklmnopqrstuvwx";
+    let mut body = b"SCRAM-SHA-256\0".to_vec();
+    body.extend_from_slice(&(first.len() as i32).to_be_bytes());
+    body.extend_from_slice(first);
+    let mut msg = vec![b'p'];
+    msg.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    msg.extend_from_slice(&body);
+    c.send(&msg);
+    let m = c.read_message_or_panic("the server-first message");
+    assert_eq!((m.tag, m.body.get(..4)), (b'R', Some(&[0, 0, 0, 11][..])));
+    let text = String::from_utf8_lossy(&m.body[4..]).into_owned();
+    text.split(',')
+        .find_map(|a| a.strip_prefix("s="))
+        .unwrap_or_else(|| panic!("no salt in {text}"))
+        .to_owned()
+}
+
+/// SCRAM does not tell a made-up user from a real one: each gets the same salt on every
+/// attempt, of the same length, as a stored verifier would (PostgreSQL's mock salt); and
+/// a plaintext password is not put through PBKDF2 again on every attempt.
+#[test]
+fn scram_salts_do_not_reveal_which_users_exist() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .userlist(&[("postgres", "Pl4in")])
+        .start();
+    let real = scram_salt(&weir, "postgres");
+    let made_up = scram_salt(&weir, "nobody_here");
+    assert_eq!(real, scram_salt(&weir, "postgres"));
+    assert_eq!(made_up, scram_salt(&weir, "nobody_here"));
+    assert_ne!(real, made_up);
+    assert_eq!(real.len(), made_up.len());
+    still_serving(&weir, Some("Pl4in"));
+}

@@ -487,7 +487,11 @@ async fn authenticate(
     let secret = match secret {
         Some(s) => Some(s),
         None => {
-            made_up = Secret::Plain(format!("{:032x}", rand::random::<u128>()));
+            made_up = if matches!(method, Method::Scram) {
+                Secret::Scram(weir_auth::scram::mock_secret(user))
+            } else {
+                Secret::Plain(format!("{:032x}", rand::random::<u128>()))
+            };
             Some(&made_up)
         }
     };
@@ -527,7 +531,7 @@ async fn authenticate(
         }
         // md5 with a SCRAM secret cannot work; PgBouncer upgrades the exchange to SCRAM.
         (Method::Md5 | Method::Scram, Some(s)) => {
-            let Some(session) = ServerSession::new(s) else {
+            let Some(session) = ServerSession::for_user(user, s) else {
                 return Err(password_failed(user));
             };
             // Boxed: its state would otherwise size every login's future (md5 and trust too).

@@ -11,7 +11,7 @@ mod server;
 use std::fmt;
 
 pub use client::{Binding, ClientSession};
-pub use server::{ServerFinal, ServerSession};
+pub use server::{mock_secret, ServerFinal, ServerSession};
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";
 /// With channel binding (tls-server-end-point), offered over TLS.

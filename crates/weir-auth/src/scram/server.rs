@@ -1,6 +1,8 @@
 //! Weir as the SCRAM server, verifying a client (PostgreSQL's auth-scram.c).
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Mutex, OnceLock};
 
 use super::keys::{self, Key};
 use super::messages::{is_printable, Attrs};
@@ -60,6 +62,56 @@ impl fmt::Debug for ServerSession {
     }
 }
 
+/// A random key for the process: the salts given to plaintext passwords and the mock
+/// verifiers of unknown users derive from it.
+fn process_key() -> &'static [u8; 32] {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    KEY.get_or_init(keys::random_bytes::<32>)
+}
+
+fn derive(label: &[u8], user: &str) -> Key {
+    keys::hmac(process_key(), &[label, b"\0", user.as_bytes()])
+}
+
+fn user_salt(user: &str) -> Vec<u8> {
+    derive(b"salt", user)[..16].to_vec()
+}
+
+/// What an unknown user is challenged with (PostgreSQL's scram_mock_salt): the same salt
+/// every time for a name, from the same function as a plaintext password's salt, so that
+/// neither repeated attempts nor the salt tell a made-up user from a real one; no key is
+/// derived, and the exchange fails at the proof as a wrong password does.
+pub fn mock_secret(user: &str) -> ScramSecret {
+    ScramSecret {
+        iterations: DEFAULT_ITERATIONS,
+        salt: user_salt(user),
+        stored_key: derive(b"stored", user),
+        server_key: derive(b"server", user),
+    }
+}
+
+/// Verifiers made from plaintext passwords. Only users with a secret reach it, so it is
+/// as large as the auth_file (or what auth_query returned); it is emptied if it ever
+/// holds more than this, rather than grow without bound.
+const PLAIN_VERIFIERS_MAX: usize = 4096;
+
+fn plain_verifier(user: &str, password: &str) -> ScramSecret {
+    static CACHE: OnceLock<Mutex<HashMap<(String, String), ScramSecret>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (user.to_owned(), password.to_owned());
+    if let Some(found) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return found;
+    }
+    let made = scram_secret(password, &user_salt(user), DEFAULT_ITERATIONS);
+    if let Ok(mut c) = cache.lock() {
+        if c.len() >= PLAIN_VERIFIERS_MAX {
+            c.clear();
+        }
+        c.insert(key, made.clone());
+    }
+    made
+}
+
 impl ServerSession {
     /// `None` for md5 secrets: SCRAM needs the password or a SCRAM verifier.
     /// A plaintext secret gets a fresh verifier (random 16-byte salt, 4096
@@ -73,6 +125,25 @@ impl ServerSession {
             Secret::Md5(_) => return None,
         };
         Some(ServerSession::from_scram(secret))
+    }
+
+    /// Like [`ServerSession::new`], for `user`, with what a login flood must not make
+    /// costly: a plaintext secret's verifier is derived once per user and password (4,096
+    /// PBKDF2 rounds on every attempt would let anyone who can connect spend
+    /// milliseconds of Weir's CPU per attempt), with a salt fixed per user for the
+    /// process, as a stored verifier's is.
+    pub fn for_user(user: &str, secret: &Secret) -> Option<ServerSession> {
+        let secret = match secret {
+            Secret::Plain(password) => plain_verifier(user, password),
+            Secret::Scram(scram) => scram.clone(),
+            Secret::Md5(_) => return None,
+        };
+        Some(ServerSession::from_scram(secret))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn salt(&self) -> &[u8] {
+        &self.secret.salt
     }
 
     pub fn from_scram(secret: ScramSecret) -> ServerSession {

@@ -546,3 +546,21 @@ fn client_says_y_when_plus_is_not_offered() {
         Some(AuthError::ChannelBindingDowngrade)
     );
 }
+
+#[test]
+fn mock_and_plain_salts_are_fixed_per_user() {
+    use super::server::mock_secret;
+    let a = mock_secret("nobody");
+    assert_eq!(a.salt, mock_secret("nobody").salt);
+    assert_ne!(a.salt, mock_secret("other").salt);
+    assert_eq!(a.salt.len(), 16);
+    // A real user with a plaintext password gets a salt of the same kind, the same on
+    // every login, and a verifier that checks the password.
+    let secret = Secret::Plain("pencil".into());
+    let first = ServerSession::for_user("alice", &secret).unwrap();
+    let second = ServerSession::for_user("alice", &secret).unwrap();
+    assert_eq!(first.salt(), second.salt());
+    assert_eq!(first.salt().len(), 16);
+    // What a user would be challenged with if it were deleted: the same salt.
+    assert_eq!(first.salt(), mock_secret("alice").salt.as_slice());
+}
