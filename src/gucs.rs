@@ -65,6 +65,14 @@ impl Gucs {
     /// Records a value read back from the server; an unset one (role `none`, a custom
     /// setting that is empty or was never made) is removed.
     pub fn put(&mut self, name: &str, value: Option<&str>) {
+        // Names are case-insensitive to the server; pg_settings spells some in capitals.
+        let lower;
+        let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = name.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            name
+        };
         self.0.retain(|(k, _)| k != name);
         let unset = match value {
             None | Some("") => true,
@@ -166,8 +174,12 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
             "SELECT '', pg_catalog.concat_ws(',', \
              CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
              AND pid = pg_catalog.pg_backend_pid()) THEN 'advisory lock' END, \
-             CASE WHEN pg_catalog.pg_my_temp_schema() <> 0 AND EXISTS (SELECT FROM \
+             CASE WHEN pg_catalog.pg_my_temp_schema() <> 0 AND (EXISTS (SELECT FROM \
              pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_proc \
+             WHERE pronamespace = pg_catalog.pg_my_temp_schema()) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_type \
+             WHERE typnamespace = pg_catalog.pg_my_temp_schema())) \
              THEN 'temporary table' END, \
              CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
              THEN 'WITH HOLD cursor' END, \

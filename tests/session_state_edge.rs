@@ -1,0 +1,373 @@
+//! Edge cases of session state in transaction mode (issue 11): every way a client can
+//! change a setting or tie itself to its server must be seen, and Weir's own queries must
+//! work whatever the client did to its session. With a pool of one server, a change Weir
+//! missed shows up as a leak to the next client on that server.
+
+mod common;
+
+use common::console::*;
+use common::proto::*;
+use common::*;
+use std::time::Duration;
+
+fn pooled(pg: &PgServer, size: u32) -> Weir {
+    Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", size)
+        .set("admin_users", "postgres")
+        .start()
+}
+
+fn named_client(weir: &Weir, app: &str) -> RawConn {
+    RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[("application_name", app)],
+    )
+    .unwrap_or_else(|e| panic!("login failed: {e:?}"))
+}
+
+fn client(weir: &Weir) -> RawConn {
+    named_client(weir, "app")
+}
+
+fn admin(weir: &Weir) -> RawConn {
+    RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
+}
+
+fn exec(c: &mut RawConn, sql: &str) {
+    c.simple_query(sql)
+        .unwrap_or_else(|e| panic!("{sql} failed: {e:?}"));
+}
+
+fn custom(c: &mut RawConn, name: &str) -> String {
+    c.query_one(&format!(
+        "select coalesce(current_setting('{name}', true), '')"
+    ))
+}
+
+const DEFAULT_PATH: &str = "\"$user\", public";
+
+fn pinned_of(weir: &Weir, app: &str) -> String {
+    let mut con = admin(weir);
+    ok(&mut con, "SHOW CLIENTS").get("application_name", app, "pinned")
+}
+
+/// The console shows a pin once Weir has read back what the transaction left, which is
+/// a moment after the client has its reply.
+fn assert_pinned(weir: &Weir, app: &str, want: &str) {
+    let mut seen = String::new();
+    let ok = eventually(Duration::from_secs(5), || {
+        seen = pinned_of(weir, app);
+        seen == want
+    });
+    assert!(ok, "{app} pinned by {seen:?}, expected {want:?}");
+}
+
+/// Every spelling of set_config(name, value, false) PostgreSQL accepts is a session
+/// change: the client keeps it, the next client on the server never sees it.
+#[test]
+fn every_set_config_form_is_seen() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 1);
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    let forms = [
+        "select set_config('myapp.f1', 'v', false)",
+        "select set_config('myapp.f2', 'v', 'f')",
+        "select set_config('myapp.f3', 'v', 'false'::bool)",
+        "select set_config('myapp.f4', 'v', 0::bool)",
+        "select pg_catalog.set_config('myapp.f5', 'v', false)",
+        "SELECT SET_CONFIG('MyApp.F6', 'v', FALSE)",
+        "select 1 as a, set_config('myapp.f7', 'v', false) as b, 2 as c",
+        "select 1; select set_config('myapp.f8', 'v', false); select 2",
+        "select set_config('myapp.f9', 'v' || 'w', false)",
+        "select set_config('myapp.f10'::text, 'v'::text, false::boolean)",
+        "select set_config(E'myapp.f11', $$v$$, (false))",
+        "select \"set_config\"('myapp.f12', 'v', false)",
+        "select set_config('myapp.f13', 'v', 1 = 2)",
+        "select set_config('myapp.f14', 'v', false) from generate_series(1, 1)",
+        "select set_config('myapp.f15', 'a', false), set_config('myapp.f16', 'b', false)",
+        "select pg_advisory_xact_lock(1), set_config('myapp.f17', 'v', false)",
+        "select set_config('myapp.f18', current_setting('myapp.f1') || 'x', false)",
+        "select set_config('myapp.f19', 'v', 'no')",
+        "select set_config ( 'myapp.f20' , 'v' , false )",
+    ];
+    for sql in forms {
+        exec(&mut a, sql);
+    }
+    let names: Vec<String> = (1..=20).map(|i| format!("myapp.f{i}")).collect();
+    for n in &names {
+        assert_eq!(custom(&mut b, n), "", "{n} leaked to the next client");
+    }
+    for n in &names {
+        let want = match n.as_str() {
+            "myapp.f9" => "vw",
+            "myapp.f15" => "a",
+            "myapp.f16" => "b",
+            "myapp.f18" => "vx",
+            _ => "v",
+        };
+        assert_eq!(custom(&mut a, n), want, "{n} lost");
+    }
+    // A built-in setting from an expression, the usual way to add a schema.
+    exec(
+        &mut a,
+        "select set_config('search_path', current_setting('search_path') || ', x', false)",
+    );
+    assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
+    assert_eq!(a.query_one("show search_path"), "\"$user\", public, x");
+    // is_local true (however spelled) ends with the transaction.
+    exec(
+        &mut a,
+        "select set_config('myapp.l1', 'v', true), set_config('myapp.l2', 'v', 'true')",
+    );
+    assert_eq!(custom(&mut a, "myapp.l1"), "");
+    assert_eq!(custom(&mut a, "myapp.l2"), "");
+}
+
+/// set_config with its three arguments as bind parameters, in the unnamed statement and
+/// in a named one bound again with other names in later transactions.
+#[test]
+fn set_config_with_all_three_parameters() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 1);
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    let run = |c: &mut RawConn, stmt: &str, params: &[Option<&str>]| {
+        let mut batch = bind("", stmt, params);
+        batch.extend(execute("", 0));
+        batch.extend(sync());
+        c.send(&batch);
+        let msgs = c.read_until_ready();
+        if let Some(m) = msgs.iter().find(|m| m.tag == b'E') {
+            panic!("{stmt} failed: {:?}", parse_error(&m.body));
+        }
+    };
+    a.send(&parse("", "select set_config($1, $2, $3)"));
+    run(&mut a, "", &[Some("myapp.p1"), Some("one"), Some("false")]);
+    a.send(
+        &[
+            parse("s1", "select set_config($1::text, $2::text, $3::bool)"),
+            sync(),
+        ]
+        .concat(),
+    );
+    a.read_until_ready();
+    run(&mut a, "s1", &[Some("myapp.p2"), Some("two"), Some("f")]);
+    assert_eq!(custom(&mut b, "myapp.p1"), "");
+    assert_eq!(custom(&mut b, "myapp.p2"), "");
+    run(
+        &mut a,
+        "s1",
+        &[Some("MyApp.P3"), Some("three"), Some("false")],
+    );
+    run(
+        &mut a,
+        "s1",
+        &[Some("work_mem"), Some("9MB"), Some("false")],
+    );
+    assert_eq!(custom(&mut b, "myapp.p3"), "");
+    assert_eq!(b.query_one("show work_mem"), "4MB");
+    assert_eq!(custom(&mut a, "myapp.p1"), "one");
+    assert_eq!(custom(&mut a, "myapp.p2"), "two");
+    assert_eq!(custom(&mut a, "myapp.p3"), "three");
+    assert_eq!(a.query_one("show work_mem"), "9MB");
+}
+
+/// The SET forms that are not `SET name TO value`, and names in any case or quoted.
+#[test]
+fn special_set_forms_and_name_spellings() {
+    let pg = PgServer::start();
+    pg.psql("create role reader nologin");
+    let weir = pooled(&pg, 1);
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    exec(&mut a, "SET SCHEMA 'sch'");
+    assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
+    assert_eq!(a.query_one("show search_path"), "sch");
+    exec(&mut a, "SET SESSION SCHEMA 'sch2'");
+    assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
+    assert_eq!(a.query_one("show search_path"), "sch2");
+    exec(&mut a, "SET Search_Path = s3");
+    assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
+    assert_eq!(a.query_one("show search_path"), "s3");
+    exec(&mut a, "SET \"search_path\" TO s4");
+    assert_eq!(b.query_one("show search_path"), DEFAULT_PATH);
+    assert_eq!(a.query_one("show search_path"), "s4");
+    exec(&mut a, "SET \"Work_Mem\" TO '5MB'");
+    assert_eq!(b.query_one("show work_mem"), "4MB");
+    assert_eq!(a.query_one("show work_mem"), "5MB");
+    exec(&mut a, "SET SESSION ROLE reader");
+    assert_eq!(b.query_one("select current_user"), "postgres");
+    assert_eq!(a.query_one("select current_user"), "reader");
+    exec(&mut a, "SET ROLE NONE");
+    assert_eq!(a.query_one("select current_user"), "postgres");
+    exec(&mut a, "SET ROLE reader");
+    assert_eq!(b.query_one("select current_user"), "postgres");
+    exec(&mut a, "RESET ROLE");
+    assert_eq!(a.query_one("select current_user"), "postgres");
+    // Reported parameters, by their other spellings.
+    exec(&mut a, "SET TIME ZONE 'Asia/Tokyo'");
+    assert_eq!(b.query_one("show timezone"), pg_timezone(&mut b));
+    assert_eq!(a.query_one("show timezone"), "Asia/Tokyo");
+    exec(&mut a, "SET NAMES 'LATIN1'");
+    assert_eq!(b.query_one("show client_encoding"), "UTF8");
+    assert_eq!(a.query_one("show client_encoding"), "LATIN1");
+    exec(&mut a, "SET NAMES DEFAULT; RESET TIME ZONE");
+    assert_eq!(a.query_one("show client_encoding"), "UTF8");
+    assert_eq!(a.query_one("show search_path"), "s4");
+}
+
+fn pg_timezone(c: &mut RawConn) -> String {
+    c.query_one("select reset_val from pg_settings where name = 'TimeZone'")
+}
+
+/// SET SESSION AUTHORIZATION pins (the session's user cannot be put on another server
+/// by Weir) until RESET SESSION AUTHORIZATION.
+#[test]
+fn session_authorization_pins_until_reset() {
+    let pg = PgServer::start();
+    pg.psql("create role other_user nologin");
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "auth");
+    let mut b = client(&weir);
+    exec(&mut a, "SET SESSION AUTHORIZATION other_user");
+    assert_pinned(&weir, "auth", "SET SESSION AUTHORIZATION");
+    let pid = a.query_one("select pg_backend_pid()");
+    for _ in 0..3 {
+        assert_eq!(b.query_one("select session_user"), "postgres");
+        assert_eq!(a.query_one("select session_user"), "other_user");
+        assert_eq!(a.query_one("select pg_backend_pid()"), pid);
+    }
+    exec(&mut a, "RESET SESSION AUTHORIZATION");
+    assert_pinned(&weir, "auth", "");
+    assert_eq!(a.query_one("select session_user"), "postgres");
+}
+
+/// A DO block runs code Weir cannot read: what it may change is read back from the
+/// server (every built-in setting, the role, what pins), and custom settings it names.
+#[test]
+fn do_blocks_are_read_back() {
+    let pg = PgServer::start();
+    pg.psql("create role reader nologin");
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "doer");
+    let mut b = client(&weir);
+    let mut c = client(&weir);
+    exec(
+        &mut a,
+        "DO $$ BEGIN PERFORM set_config('work_mem', '7MB', false); \
+         SET statement_timeout = '6s'; \
+         PERFORM set_config('myapp.in_do', 'yes', false); END $$",
+    );
+    exec(
+        &mut a,
+        "do language plpgsql $body$ begin set myapp.other = 'o'; end $body$",
+    );
+    // b and c both run, one of them surely on a's last server.
+    for x in [&mut b, &mut c] {
+        assert_eq!(x.query_one("show work_mem"), "4MB");
+        assert_eq!(x.query_one("show statement_timeout"), "0");
+        assert_eq!(custom(x, "myapp.in_do"), "");
+        assert_eq!(custom(x, "myapp.other"), "");
+    }
+    assert_eq!(a.query_one("show work_mem"), "7MB");
+    assert_eq!(a.query_one("show statement_timeout"), "6s");
+    assert_eq!(custom(&mut a, "myapp.in_do"), "yes");
+    assert_eq!(custom(&mut a, "myapp.other"), "o");
+    exec(&mut a, "DO $$ BEGIN PERFORM pg_advisory_lock(42); END $$");
+    assert_pinned(&weir, "doer", "advisory lock");
+    exec(&mut a, "DO $$ BEGIN PERFORM pg_advisory_unlock(42); END $$");
+    assert_pinned(&weir, "doer", "");
+    exec(&mut a, "DO $$ BEGIN EXECUTE 'SET ROLE reader'; END $$");
+    for x in [&mut b, &mut c] {
+        assert_eq!(x.query_one("select current_user"), "postgres");
+    }
+    assert_eq!(a.query_one("select current_user"), "reader");
+}
+
+/// Temporary objects made any way pin the client; it is let go only once they are all
+/// gone.
+#[test]
+fn temporary_objects_pin_however_made() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "tmp");
+    let forms = [
+        ("select 1 as x into temp t1", "drop table t1"),
+        ("select 1 as x into temporary table t2", "drop table t2"),
+        (
+            "with w as (select 1 as x) select * into temp t3 from w",
+            "drop table t3",
+        ),
+        ("create temp table t4 as select 1 as x", "drop table t4"),
+        ("create temporary view v5 as select 1 as x", "drop view v5"),
+        (
+            "create or replace temp view v6 as select 1 as x",
+            "drop view v6",
+        ),
+        ("create temp sequence s7", "drop sequence s7"),
+        ("create local temporary table t8 (x int)", "drop table t8"),
+        (
+            "create unlogged table u9 (x int); drop table u9; select 1 into temp t9",
+            "discard temp",
+        ),
+        (
+            "create function pg_temp.f10() returns int language sql as 'select 1'",
+            "drop function pg_temp.f10()",
+        ),
+    ];
+    for (make, drop) in forms {
+        exec(&mut a, make);
+        assert_pinned(&weir, "tmp", "temporary table");
+        exec(&mut a, drop);
+        assert_pinned(&weir, "tmp", "");
+    }
+    // Two of them: dropping one keeps the pin.
+    exec(
+        &mut a,
+        "select 1 as x into temp k1; create temp table k2 (x int)",
+    );
+    assert_pinned(&weir, "tmp", "temporary table");
+    exec(&mut a, "drop table k1");
+    assert_pinned(&weir, "tmp", "temporary table");
+    exec(&mut a, "drop table k2");
+    assert_pinned(&weir, "tmp", "");
+    // A column named temp is no temporary table, and costs no read-back.
+    exec(&mut a, "create table weather (temp int)");
+    exec(&mut a, "select temp from weather");
+    assert_pinned(&weir, "tmp", "");
+}
+
+/// Session advisory locks taken in a bigger query pin; the client is let go only when
+/// every hold is released (they stack).
+#[test]
+fn advisory_locks_unpin_only_when_released() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "locker");
+    exec(&mut a, "select 1, \"pg_advisory_lock\"(1), 2");
+    assert_pinned(&weir, "locker", "advisory lock");
+    exec(
+        &mut a,
+        "select g, pg_catalog.pg_advisory_lock(g) from generate_series(1, 2) g",
+    );
+    exec(&mut a, "select pg_advisory_unlock(1)");
+    exec(&mut a, "select pg_advisory_unlock(2)");
+    // Lock 1 is still held once.
+    assert_pinned(&weir, "locker", "advisory lock");
+    let pid = a.query_one("select pg_backend_pid()");
+    let mut b = client(&weir);
+    assert_ne!(b.query_one("select pg_backend_pid()"), pid);
+    assert_eq!(b.query_one("select pg_try_advisory_lock(1)::text"), "false");
+    exec(&mut a, "select pg_advisory_unlock(1)");
+    assert_pinned(&weir, "locker", "");
+    // Taken in a transaction that rolls back: a session lock stays.
+    exec(&mut a, "begin; select pg_try_advisory_lock(5); rollback");
+    assert_pinned(&weir, "locker", "advisory lock");
+    exec(&mut a, "select pg_advisory_unlock_all()");
+    assert_pinned(&weir, "locker", "");
+}
