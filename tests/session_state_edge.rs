@@ -371,3 +371,42 @@ fn advisory_locks_unpin_only_when_released() {
     exec(&mut a, "select pg_advisory_unlock_all()");
     assert_pinned(&weir, "locker", "");
 }
+
+/// RESET ALL leaves what pins; DISCARD TEMP lets a temporary table go; DISCARD PLANS
+/// changes nothing Weir follows; DISCARD ALL lets everything go.
+#[test]
+fn reset_all_and_discards_while_pinned() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "p");
+    let mut b = client(&weir);
+    exec(
+        &mut a,
+        "select pg_advisory_lock(3); create temp table t (x int); set work_mem = '6MB'",
+    );
+    assert_pinned(&weir, "p", "advisory lock,temporary table");
+    exec(&mut a, "RESET ALL");
+    assert_pinned(&weir, "p", "advisory lock,temporary table");
+    assert_eq!(a.query_one("show work_mem"), "4MB");
+    assert_eq!(a.query_one("show application_name"), "p");
+    exec(&mut a, "set work_mem = '6MB'; DISCARD PLANS");
+    assert_eq!(a.query_one("show work_mem"), "6MB");
+    exec(&mut a, "DISCARD TEMP");
+    assert_pinned(&weir, "p", "advisory lock");
+    exec(&mut a, "DISCARD ALL");
+    assert_pinned(&weir, "p", "");
+    assert_eq!(a.query_one("show work_mem"), "4MB");
+    assert_eq!(
+        b.query_one("select (pg_try_advisory_lock(3) and pg_advisory_unlock(3))::text"),
+        "true"
+    );
+    // A prepared statement made in SQL follows the client to whichever server.
+    exec(&mut a, "PREPARE q(int) AS select $1 + 1");
+    let mut held = client(&weir);
+    exec(&mut held, "begin");
+    assert_eq!(a.query_one("EXECUTE q(1)"), "2");
+    exec(&mut held, "commit");
+    assert_eq!(a.query_one("EXECUTE q(2)"), "3");
+    exec(&mut a, "DISCARD ALL");
+    assert!(a.simple_query("EXECUTE q(1)").is_err());
+}

@@ -549,7 +549,12 @@ impl Session {
             if !self.pinned() || self.shutting_down {
                 break event;
             }
-            // Pinned: the server stays lent for the next transaction.
+            // Pinned: the server stays lent for the next transaction, and must hold what
+            // the client holds (after RESET ALL, its own startup parameters back); a
+            // no-op without a round trip when it already does.
+            if let Err(e) = self.sync_params(&mut held).await {
+                return Some(Box::pin(self.close_and_refuse(held, e, true)).await);
+            }
             if !self.flush_client().await {
                 Box::pin(self.finish_server(held)).await;
                 return Some("client unexpected eof".into());
