@@ -136,11 +136,65 @@ fn array(names: &[&str]) -> String {
     format!("ARRAY[{}]::pg_catalog.text[]", quoted.join(","))
 }
 
+/// Settings that would cut or refuse Weir's own queries if the client's values applied
+/// to them (a statement_timeout of 1 ms): [`GUARD`] turns them off for the rest of an
+/// internal query's implicit transaction, which then ends with the client's values intact.
+pub const GUARDED: [&str; 3] = [
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+];
+
+/// Put before an internal query of several statements (never before DISCARD ALL, which
+/// refuses to run in a transaction block).
+pub const GUARD: &str = "SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout = 0;\
+                         SET LOCAL idle_in_transaction_session_timeout = 0;";
+
+/// In a read-back, the row that gives a guarded setting's value after RESET is named
+/// with this prefix (see [`read_back`]).
+pub const RESET_VALUE_PREFIX: char = '=';
+
 /// The query that reads back the settings a transaction may have changed: `names` by
 /// name, and with `exact` every setting the session itself set (pg_settings does not list
 /// custom ones, so those are asked for by name still). With `pins`, one more row, named
 /// [`PIN_ROW`], lists what ties the session to its server. Rows are (name, value or NULL).
+///
+/// The guarded settings are read first, in a statement cheap enough for any timeout,
+/// then turned off for the rest (pg_settings takes a millisecond to scan); with `exact`,
+/// their values after RESET are read too (rows named `=name`), as pg_settings can no
+/// longer tell whether the session set them.
 pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
+    let mut sql = String::new();
+    let guarded: Vec<&str> = GUARDED
+        .iter()
+        .copied()
+        .filter(|g| exact || names.contains(g))
+        .collect();
+    if !guarded.is_empty() {
+        sql.push_str(&format!(
+            "SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest({}) n;",
+            array(&guarded)
+        ));
+    }
+    if exact {
+        for g in GUARDED {
+            sql.push_str(&format!("SET LOCAL {g} TO DEFAULT;"));
+        }
+        sql.push_str(&format!(
+            "SELECT '{RESET_VALUE_PREFIX}' || n, pg_catalog.current_setting(n) \
+             FROM pg_catalog.unnest({}) n;",
+            array(&GUARDED)
+        ));
+    }
+    // Reading by name is as quick as the guard itself: the guard is for pg_settings and
+    // the catalogs the pins are found in.
+    let guard = if exact || pins { GUARD } else { "" };
+    sql.push_str(guard);
+    let names: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !GUARDED.contains(n))
+        .collect();
     let mut parts = Vec::new();
     let by_name: Vec<&str> = if exact {
         names.iter().copied().filter(|n| n.contains('.')).collect()
@@ -148,14 +202,16 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
         names.to_vec()
     };
     if exact {
-        let reported: Vec<String> = crate::params::TRACKED
+        let skipped: Vec<String> = crate::params::TRACKED
             .iter()
-            .map(|n| quote_literal(&n.to_ascii_lowercase()))
+            .map(|n| n.to_ascii_lowercase())
+            .chain(GUARDED.iter().map(|g| g.to_string()))
+            .map(|n| quote_literal(&n))
             .collect();
         parts.push(format!(
             "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
              WHERE source = 'session' AND pg_catalog.lower(name) NOT IN ({})",
-            reported.join(",")
+            skipped.join(",")
         ));
         parts.push(
             "SELECT 'role', pg_catalog.current_setting('role') \
@@ -190,7 +246,13 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
                 .to_owned(),
         );
     }
-    parts.join(" UNION ALL ")
+    if parts.is_empty() {
+        // Only guarded settings were asked for.
+        sql.truncate(sql.len() - guard.len());
+    } else {
+        sql.push_str(&parts.join(" UNION ALL "));
+    }
+    sql
 }
 
 /// The SQL that turns a server holding `have` into one holding `want`; empty when they
@@ -330,7 +392,16 @@ mod tests {
             "SELECT n, pg_catalog.current_setting(n, true) FROM \
              pg_catalog.unnest(ARRAY['search_path']::pg_catalog.text[]) n"
         );
+        // A guarded setting is read before the guard.
+        assert_eq!(
+            read_back(&["statement_timeout"], false, false),
+            "SELECT n, pg_catalog.current_setting(n, true) FROM \
+             pg_catalog.unnest(ARRAY['statement_timeout']::pg_catalog.text[]) n;"
+        );
         let q = read_back(&["search_path", "my.x"], true, true);
+        let guard = q.find(GUARD).expect("guarded");
+        assert!(q[..guard].contains("SET LOCAL statement_timeout TO DEFAULT"));
+        assert!(q[guard..].contains("NOT IN ("));
         assert!(q.contains("source = 'session'"));
         assert!(q.contains("ARRAY['my.x']"));
         assert!(!q.contains("'search_path'"));

@@ -410,3 +410,71 @@ fn reset_all_and_discards_while_pinned() {
     exec(&mut a, "DISCARD ALL");
     assert!(a.simple_query("EXECUTE q(1)").is_err());
 }
+
+/// Weir's own queries (reading back, putting settings on the next server, cleaning it)
+/// run whatever the client made of its session: a statement_timeout of 1 ms, read-only
+/// transactions, a search_path that puts its own functions before pg_catalog's.
+#[test]
+fn internal_queries_survive_the_clients_settings() {
+    let pg = PgServer::start();
+    pg.psql(
+        "create schema evil; \
+         create function evil.current_setting(text) returns text language sql as $$select 'evil'$$; \
+         create function evil.current_setting(text, boolean) returns text language sql as $$select 'evil'$$; \
+         create function evil.set_config(text, text, boolean) returns text language sql as $$select (1/0)::text$$; \
+         create function evil.unnest(text[]) returns setof text language sql as $$select 'evil'$$; \
+         create function evil.lower(text) returns text language sql as $$select 'evil'$$; \
+         create function evil.concat_ws(text, variadic text[]) returns text language sql as $$select 'evil'$$; \
+         create function evil.pg_backend_pid() returns int language sql as $$select 0$$; \
+         create function evil.pg_my_temp_schema() returns oid language sql as $$select 0::oid$$",
+    );
+    let weir = pooled(&pg, 2);
+    let mut a = named_client(&weir, "tough");
+    let mut b = client(&weir);
+    let mut c = client(&weir);
+    exec(
+        &mut a,
+        "set statement_timeout = 1; set idle_in_transaction_session_timeout = 1; \
+         set default_transaction_read_only = on; set myapp.x = 'kept'; \
+         set search_path = evil, pg_catalog",
+    );
+    for _ in 0..5 {
+        for x in [&mut b, &mut c] {
+            assert_eq!(x.query_one("show statement_timeout"), "0");
+            assert_eq!(x.query_one("show default_transaction_read_only"), "off");
+            assert_eq!(x.query_one("show search_path"), DEFAULT_PATH);
+        }
+        assert_eq!(a.query_one("show statement_timeout"), "1ms");
+        assert_eq!(a.query_one("show default_transaction_read_only"), "on");
+        assert_eq!(a.query_one("show search_path"), "evil, pg_catalog");
+        assert_eq!(
+            a.query_one("select pg_catalog.current_setting('myapp.x')"),
+            "kept"
+        );
+        exec(&mut a, "set work_mem = '5MB'");
+        exec(&mut a, "begin read write; set local statement_timeout = 0; create temp table tt (x int); commit");
+        assert_pinned(&weir, "tough", "temporary table");
+        exec(
+            &mut a,
+            "begin read write; set local statement_timeout = 0; drop table tt; commit",
+        );
+        assert_pinned(&weir, "tough", "");
+    }
+    // A client that leaves pinned with all that is cleaned after.
+    exec(
+        &mut a,
+        "begin read write; set local statement_timeout = 0; create temp table gone (x int); commit",
+    );
+    assert_pinned(&weir, "tough", "temporary table");
+    drop(a);
+    std::thread::sleep(Duration::from_millis(200));
+    for x in [&mut b, &mut c] {
+        assert_eq!(
+            x.query_one("select count(*) from pg_class where relname = 'gone'"),
+            "0"
+        );
+    }
+    let mut con = admin(&weir);
+    // Nothing was closed for want of cleaning: still two servers, none dropped.
+    assert_eq!(ok(&mut con, "SHOW SERVERS").rows.len(), 2);
+}

@@ -955,6 +955,9 @@ impl Session {
             lease.synced_to = Some(self.wanted.clone());
             return Ok(());
         }
+        // The server may hold the last client's statement_timeout, and this one's is
+        // among the settings made here.
+        sql.insert_str(0, crate::gucs::GUARD);
         lease.gucs = self.gucs().cloned();
         lease
             .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)

@@ -134,6 +134,7 @@ impl Session {
             .map_err(|e| e.to_client_error())?;
         let mut now = Gucs::default();
         let mut pinned_by = None;
+        let mut reset_values = Vec::new();
         for row in rows {
             let mut cols = row.into_iter();
             let (Some(Some(name)), Some(value)) = (cols.next(), cols.next()) else {
@@ -141,8 +142,17 @@ impl Session {
             };
             if name == PIN_ROW {
                 pinned_by = value;
+            } else if let Some(guarded) = name.strip_prefix(gucs::RESET_VALUE_PREFIX) {
+                reset_values.push((guarded.to_owned(), value));
             } else {
                 now.put(&name, value.as_deref());
+            }
+        }
+        // Read whole, a guarded setting at its RESET value is one the session did not
+        // set (or set back): nothing to carry.
+        for (name, reset) in reset_values {
+            if now.get(&name) == reset.as_deref() {
+                now.put(&name, None);
             }
         }
         let now = (!now.is_empty()).then(|| Arc::new(now));
@@ -217,6 +227,26 @@ impl Session {
             self.set_pinned(None);
         }
         self.touched = 0;
+        // DISCARD ALL runs alone (not in a transaction block, where GUARD would put it):
+        // a timeout the client left on the server is taken off first.
+        let timeouts = held
+            .gucs
+            .as_ref()
+            .is_some_and(|g| gucs::GUARDED.iter().any(|n| g.get(n).is_some()));
+        if timeouts {
+            let reset: String = gucs::GUARDED
+                .iter()
+                .map(|n| format!("RESET {n};"))
+                .collect();
+            let sql = format!("{}{reset}", gucs::GUARD);
+            if held
+                .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
         held.run_internal_boxed("DISCARD ALL", INTERNAL_QUERY_TIMEOUT)
             .await
             .is_ok()
