@@ -478,3 +478,20 @@ fn internal_queries_survive_the_clients_settings() {
     // Nothing was closed for want of cleaning: still two servers, none dropped.
     assert_eq!(ok(&mut con, "SHOW SERVERS").rows.len(), 2);
 }
+
+/// A client that sets idle_session_timeout gives its server back idle with it: the
+/// server must not die in the pool under the next client.
+#[test]
+fn idle_session_timeout_does_not_kill_pooled_servers() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 1);
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    exec(&mut a, "set idle_session_timeout = 50");
+    let pid = a.query_one("select pg_backend_pid()");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(b.query_one("select pg_backend_pid()"), pid);
+    assert_eq!(b.query_one("show idle_session_timeout"), "0");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(a.query_one("show idle_session_timeout"), "50ms");
+}

@@ -572,8 +572,11 @@ impl Session {
                 let always = held.pool().settings().server_reset_query_always;
                 if self.mode == PoolMode::Session || always || self.pinned() {
                     Box::pin(self.finish_server(held)).await;
-                } else {
+                } else if Box::pin(state::before_pooling(&mut held)).await {
                     held.release();
+                } else {
+                    crate::conn_log::server_closing(&held.info.0, "could not reset server");
+                    held.close().await;
                 }
                 if !self.shutting_down {
                     return None;

@@ -253,6 +253,32 @@ impl Session {
     }
 }
 
+/// Settings that act on an idle session: a server left idle in the pool with the
+/// client's value would end itself there (idle_session_timeout).
+const IDLE_ACTING: [&str; 1] = ["idle_session_timeout"];
+
+/// Takes off a server going back to the pool the settings that would act on it while it
+/// idles there; the client gets them back on its next server. False when the server
+/// must be closed.
+pub(super) async fn before_pooling(held: &mut Lease) -> bool {
+    let Some(g) = held.gucs.as_ref() else {
+        return true;
+    };
+    if !IDLE_ACTING.iter().any(|n| g.get(n).is_some()) {
+        return true;
+    }
+    let mut left = (**g).clone();
+    let mut sql = gucs::GUARD.to_owned();
+    for n in IDLE_ACTING {
+        left.put(n, None);
+        sql.push_str(&format!("RESET {n};"));
+    }
+    held.gucs = (!left.is_empty()).then(|| Arc::new(left));
+    held.run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
+        .await
+        .is_ok()
+}
+
 /// How much of a client message's body the relay must see in pooled modes.
 pub fn wants(tag: u8, prepared: bool) -> usize {
     match tag {
