@@ -154,6 +154,11 @@ pub const GUARD: &str = "SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout 
 /// with this prefix (see [`read_back`]).
 pub const RESET_VALUE_PREFIX: char = '=';
 
+/// In a whole read-back, a reported parameter at the server's own value (reset, never
+/// set by the session) comes in a row named with this prefix: the client is to have its
+/// own startup value back, as RESET gives on a direct connection.
+pub const AT_DEFAULT_PREFIX: char = '~';
+
 /// The query that reads back the settings a transaction may have changed: `names` by
 /// name, and with `exact` every setting the session itself set (pg_settings does not list
 /// custom ones, so those are asked for by name still). With `pins`, one more row, named
@@ -202,16 +207,23 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
         names.to_vec()
     };
     if exact {
-        let skipped: Vec<String> = crate::params::TRACKED
-            .iter()
-            .map(|n| n.to_ascii_lowercase())
-            .chain(GUARDED.iter().map(|g| g.to_string()))
-            .map(|n| quote_literal(&n))
-            .collect();
+        let list = |names: &mut dyn Iterator<Item = &str>| -> String {
+            let quoted: Vec<String> = names
+                .map(|n| quote_literal(&n.to_ascii_lowercase()))
+                .collect();
+            quoted.join(",")
+        };
+        let reported = list(&mut crate::params::TRACKED.iter().copied());
+        let guarded = list(&mut GUARDED.iter().copied());
+        // One scan of pg_settings: the settings the session made, and the reported
+        // parameters it did not (or reset).
         parts.push(format!(
-            "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
-             WHERE source = 'session' AND pg_catalog.lower(name) NOT IN ({})",
-            skipped.join(",")
+            "SELECT CASE WHEN pg_catalog.lower(name) IN ({reported}) \
+             THEN '{AT_DEFAULT_PREFIX}' || name ELSE name END, \
+             pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
+             WHERE CASE WHEN pg_catalog.lower(name) IN ({reported}) \
+             THEN source <> 'session' \
+             ELSE source = 'session' AND pg_catalog.lower(name) NOT IN ({guarded}) END"
         ));
         parts.push(
             "SELECT 'role', pg_catalog.current_setting('role') \

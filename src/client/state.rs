@@ -17,7 +17,7 @@ use crate::gucs::{self, Gucs, PIN_ROW};
 use crate::pool::Lease;
 use crate::protocol::framer::Frame;
 use crate::protocol::{messages, PgError};
-use crate::sql::effects::{self, EXACT, PIN, RESET_ALL, UNPIN};
+use crate::sql::effects::{self, DEFAULTS, EXACT, PIN, RESET_ALL, UNPIN};
 
 /// How much of a simple query to see before passing it on: past this the rest is not
 /// looked at, and the session is read back after it whatever it held.
@@ -120,9 +120,6 @@ impl Session {
         }
         let exact = flags & EXACT != 0;
         let pins = flags & PIN != 0 || (self.pinned() && flags & UNPIN != 0);
-        if flags & RESET_ALL != 0 {
-            self.restore_startup_params(held);
-        }
         if !exact && names.is_empty() && !pins {
             return Ok(());
         }
@@ -135,6 +132,7 @@ impl Session {
         let mut now = Gucs::default();
         let mut pinned_by = None;
         let mut reset_values = Vec::new();
+        let mut at_default = Vec::new();
         for row in rows {
             let mut cols = row.into_iter();
             let (Some(Some(name)), Some(value)) = (cols.next(), cols.next()) else {
@@ -142,11 +140,16 @@ impl Session {
             };
             if name == PIN_ROW {
                 pinned_by = value;
+            } else if let Some(reported) = name.strip_prefix(gucs::AT_DEFAULT_PREFIX) {
+                at_default.push(reported.to_owned());
             } else if let Some(guarded) = name.strip_prefix(gucs::RESET_VALUE_PREFIX) {
                 reset_values.push((guarded.to_owned(), value));
             } else {
                 now.put(&name, value.as_deref());
             }
+        }
+        if flags & DEFAULTS != 0 {
+            self.restore_startup_params(&at_default);
         }
         // Read whole, a guarded setting at its RESET value is one the session did not
         // set (or set back): nothing to carry.
@@ -177,21 +180,26 @@ impl Session {
         Ok(())
     }
 
-    /// RESET ALL and DISCARD ALL put the reported parameters back to the server's own
-    /// startup values, which are not the client's: the client is given its own back, as
-    /// a direct connection would have kept them, and the server is made to agree at its
-    /// next lend.
-    fn restore_startup_params(&mut self, held: &Lease) {
+    /// RESET (ALL, or of one parameter) and DISCARD ALL put reported parameters back to
+    /// the server's own startup values, which are not the client's: `at_default` names
+    /// those the server holds at its own value, and the client is given its own back, as
+    /// a direct connection would; the server is made to agree at its next lend (or, for
+    /// a pinned client, before its next transaction). A RESET rolled back is not seen
+    /// here: the server's value is then the one Weir set, not its own.
+    fn restore_startup_params(&mut self, at_default: &[String]) {
         let Some(startup) = self.client.0.startup() else {
             return;
         };
         let mut out = BytesMut::new();
-        for (name, value) in startup.iter() {
-            if held.params.get(name) != Some(value) {
+        for name in at_default {
+            let Some(value) = startup.get(name) else {
+                continue;
+            };
+            if self.wanted.get(name) != Some(value) {
                 messages::parameter_status(&mut out, name, value);
+                Arc::make_mut(&mut self.wanted).set(name, value);
             }
         }
-        self.wanted = startup;
         if !out.is_empty() {
             self.outbuf.extend_from_slice(&out);
             let at = self.sframe.scanned();

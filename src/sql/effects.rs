@@ -19,6 +19,9 @@ pub const RESET_ALL: u8 = 4;
 pub const PIN: u8 = 8;
 /// Such a tie may have been released.
 pub const UNPIN: u8 = 16;
+/// A reported parameter may have gone back to the server's own value (RESET of one,
+/// RESET ALL, DISCARD ALL, a DO block): the client is to have its startup value back.
+pub const DEFAULTS: u8 = 32;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Effects {
@@ -116,7 +119,7 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
         },
         Some("discard") => {
             match second {
-                Some("all") => e.flags |= EXACT | RESET_ALL | UNPIN,
+                Some("all") => e.flags |= EXACT | RESET_ALL | DEFAULTS | UNPIN,
                 Some("temp" | "temporary") => e.flags |= UNPIN,
                 _ => {}
             }
@@ -128,9 +131,12 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
     }
     match statement(sql, t) {
         Some(Stmt::Set { name, local, .. }) if !local => e.name(&name.to_ascii_lowercase()),
+        Some(Stmt::Reset { name }) if crate::params::tracked_name(&name).is_some() => {
+            e.flags |= EXACT | DEFAULTS
+        }
         Some(Stmt::Reset { .. }) => e.flags |= EXACT,
-        Some(Stmt::ResetAll) => e.flags |= EXACT | RESET_ALL,
-        Some(Stmt::DiscardAll) => e.flags |= EXACT | RESET_ALL | UNPIN,
+        Some(Stmt::ResetAll) => e.flags |= EXACT | RESET_ALL | DEFAULTS,
+        Some(Stmt::DiscardAll) => e.flags |= EXACT | RESET_ALL | DEFAULTS | UNPIN,
         Some(Stmt::Listen { .. } | Stmt::Pin(_)) => e.flags |= PIN,
         Some(Stmt::Unlisten { .. }) => e.flags |= UNPIN,
         // set_config() was seen by `calls`.
@@ -283,7 +289,7 @@ fn is_true(t: &[Spanned]) -> bool {
 /// built at run time; pinning instead would hold a server for the rest of the session
 /// for what is most often a one-off migration step.
 fn do_block(t: &[Spanned], e: &mut Effects, depth: u8) {
-    e.flags |= EXACT | PIN | UNPIN;
+    e.flags |= EXACT | PIN | UNPIN | DEFAULTS;
     for tok in t {
         if let Tok::Str(body) = &tok.tok {
             body_names(body, e, depth);
@@ -472,8 +478,10 @@ mod tests {
         assert_eq!(flags("RESET work_mem"), EXACT);
         assert_eq!(flags("set work_mem to default"), EXACT);
         assert_eq!(flags("select set_config($1, $2, false)"), EXACT);
-        assert_eq!(flags("RESET ALL"), EXACT | RESET_ALL);
-        assert_eq!(flags("discard all"), EXACT | RESET_ALL | UNPIN);
+        assert_eq!(flags("RESET ALL"), EXACT | RESET_ALL | DEFAULTS);
+        assert_eq!(flags("discard all"), EXACT | RESET_ALL | DEFAULTS | UNPIN);
+        assert_eq!(flags("reset application_name"), EXACT | DEFAULTS);
+        assert_eq!(flags("SET TIME ZONE DEFAULT"), EXACT | DEFAULTS);
         assert_eq!(
             flags("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
             EXACT
@@ -550,7 +558,7 @@ mod tests {
               PERFORM set_config('myapp.c', '3', false); SET LOCAL myapp.d = 4; END$$",
             true,
         );
-        assert_eq!(e.flags, EXACT | PIN | UNPIN | SETTING);
+        assert_eq!(e.flags, EXACT | PIN | UNPIN | DEFAULTS | SETTING);
         let mut names = e.names;
         names.sort();
         assert_eq!(names, vec!["myapp.a", "myapp.b", "myapp.c"]);
