@@ -145,6 +145,27 @@ pub const GUARDED: [&str; 3] = [
     "idle_in_transaction_session_timeout",
 ];
 
+/// Settings any session may set, read back by name without asking pg_settings (a scan
+/// of every setting) whether the session did.
+const SETTABLE: [&str; 16] = [
+    "default_transaction_isolation",
+    "default_transaction_read_only",
+    "extra_float_digits",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",
+    "jit",
+    "lock_timeout",
+    "maintenance_work_mem",
+    "plan_cache_mode",
+    "role",
+    "row_security",
+    "search_path",
+    "statement_timeout",
+    "synchronous_commit",
+    "temp_tablespaces",
+    "work_mem",
+];
+
 /// Put before an internal query of several statements (never before DISCARD ALL, which
 /// refuses to run in a transaction block).
 pub const GUARD: &str = "SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout = 0;\
@@ -191,21 +212,41 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
             array(&GUARDED)
         ));
     }
-    // Reading by name is as quick as the guard itself: the guard is for pg_settings and
-    // the catalogs the pins are found in.
-    let guard = if exact || pins { GUARD } else { "" };
-    sql.push_str(guard);
     let names: Vec<&str> = names
         .iter()
         .copied()
         .filter(|n| !GUARDED.contains(n))
         .collect();
     let mut parts = Vec::new();
-    let by_name: Vec<&str> = if exact {
-        names.iter().copied().filter(|n| n.contains('.')).collect()
+    let by_name: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| n.contains('.') || (!exact && SETTABLE.contains(n)))
+        .collect();
+    // Other built-in names may be ones a session cannot set (max_connections): their
+    // SET failed, and the value read back would fail on the next server. pg_settings
+    // says whether the session set them.
+    let checked: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !exact && !n.contains('.') && !SETTABLE.contains(n))
+        .collect();
+    // Reading by name is as quick as the guard itself: the guard is for pg_settings and
+    // the catalogs the pins are found in.
+    let guard = if exact || pins || !checked.is_empty() {
+        GUARD
     } else {
-        names.to_vec()
+        ""
     };
+    sql.push_str(guard);
+    if !checked.is_empty() {
+        parts.push(format!(
+            "SELECT n, s.v FROM pg_catalog.unnest({}) n LEFT JOIN (SELECT \
+             pg_catalog.lower(name) AS l, pg_catalog.current_setting(name) AS v \
+             FROM pg_catalog.pg_settings WHERE source = 'session') s ON s.l = n",
+            array(&checked)
+        ));
+    }
     if exact {
         let list = |names: &mut dyn Iterator<Item = &str>| -> String {
             let quoted: Vec<String> = names
@@ -404,6 +445,11 @@ mod tests {
             "SELECT n, pg_catalog.current_setting(n, true) FROM \
              pg_catalog.unnest(ARRAY['search_path']::pg_catalog.text[]) n"
         );
+        // A name a session may not be able to set is asked of pg_settings, guarded.
+        let q = read_back(&["search_path", "max_connections"], false, false);
+        assert!(q.starts_with(GUARD), "{q}");
+        assert!(q.contains("ARRAY['max_connections']"), "{q}");
+        assert!(q.contains("ARRAY['search_path']"), "{q}");
         // A guarded setting is read before the guard.
         assert_eq!(
             read_back(&["statement_timeout"], false, false),

@@ -247,6 +247,42 @@ fn session_authorization_pins_until_reset() {
     assert_eq!(a.query_one("select session_user"), "postgres");
 }
 
+/// Settings that cannot be put on another server with set_config() are not carried: a
+/// client that touched them keeps working when its settings are put on a server again.
+#[test]
+fn settings_that_cannot_be_carried() {
+    let pg = PgServer::start();
+    pg.psql("create role other_user nologin");
+    let weir = pooled(&pg, 1);
+    let mut a = named_client(&weir, "odd");
+    let mut b = client(&weir);
+    exec(&mut a, "set work_mem = '6MB'");
+    exec(&mut a, "SET SEED TO 0.5; select random()");
+    exec(&mut a, "SET transaction_isolation = 'serializable'");
+    exec(
+        &mut a,
+        "select set_config('transaction_read_only', 'on', false)",
+    );
+    assert!(a.simple_query("SET server_version = '1'").is_err());
+    assert!(a.simple_query("SET max_connections = 7").is_err());
+    for _ in 0..2 {
+        // b takes a's settings off the server; a's are put back on it.
+        assert_eq!(b.query_one("show work_mem"), "4MB");
+        assert_eq!(a.query_one("show work_mem"), "6MB");
+        assert_eq!(a.query_one("show transaction_isolation"), "read committed");
+    }
+    // set_config of session_authorization is SET SESSION AUTHORIZATION: it pins.
+    exec(
+        &mut a,
+        "select set_config('session_authorization', 'other_user', false)",
+    );
+    assert_pinned(&weir, "odd", "SET SESSION AUTHORIZATION");
+    assert_eq!(a.query_one("select session_user"), "other_user");
+    exec(&mut a, "RESET SESSION AUTHORIZATION");
+    assert_pinned(&weir, "odd", "");
+    assert_eq!(b.query_one("select session_user"), "postgres");
+}
+
 /// A DO block runs code Weir cannot read: what it may change is read back from the
 /// server (every built-in setting, the role, what pins), and custom settings it names.
 #[test]

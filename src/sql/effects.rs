@@ -55,8 +55,13 @@ impl Effects {
     }
 
     fn name(&mut self, name: &str) {
-        if crate::params::tracked_name(name).is_some() {
-            // Reported with ParameterStatus, and followed that way.
+        if crate::params::tracked_name(name).is_some() || NOT_CARRIED.contains(&name) {
+            // Reported with ParameterStatus, and followed that way; or nothing to carry.
+            return;
+        }
+        if name == "session_authorization" {
+            // set_config('session_authorization', ...): SET SESSION AUTHORIZATION.
+            self.flags |= PIN | UNPIN;
             return;
         }
         self.flags |= SETTING;
@@ -65,6 +70,38 @@ impl Effects {
         }
     }
 }
+
+/// Settings a session cannot carry to another server with set_config(): seed (SHOW says
+/// "unavailable", which set_config refuses), the transaction_* ones (they last one
+/// transaction, and refuse to change after its first query), and the read-only ones (a
+/// SET of them fails, but the name read back would then be put on the next server, and
+/// fail there). Putting one on the next server would end the client.
+const NOT_CARRIED: [&str; 24] = [
+    "block_size",
+    "data_checksums",
+    "data_directory_mode",
+    "debug_assertions",
+    "in_hot_standby",
+    "integer_datetimes",
+    "is_superuser",
+    "lc_collate",
+    "lc_ctype",
+    "max_function_args",
+    "max_identifier_length",
+    "max_index_keys",
+    "seed",
+    "segment_size",
+    "server_encoding",
+    "server_version",
+    "server_version_num",
+    "shared_memory_size",
+    "shared_memory_size_in_huge_pages",
+    "ssl_library",
+    "transaction_deferrable",
+    "transaction_isolation",
+    "transaction_read_only",
+    "wal_block_size",
+];
 
 /// What `sql` (a Query's text, or a Parse's) may do to the session. `whole` is false when
 /// `sql` is only the start of a longer text: then anything may follow, and the answer is
