@@ -776,3 +776,32 @@ fn randomized_settings_match_a_direct_connection() {
         }
     }
 }
+
+/// Settings given at startup (`options=-c ...`) are what RESET goes back to, as on a
+/// direct connection; a RESET ALL rolled back changes nothing.
+#[test]
+fn startup_settings_are_the_reset_values() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 1);
+    let mut a = RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[("application_name", "opt"), ("options", "-c work_mem=7MB")],
+    )
+    .unwrap_or_else(|e| panic!("login failed: {e:?}"));
+    let mut b = client(&weir);
+    assert_eq!(a.query_one("show work_mem"), "7MB");
+    exec(&mut a, "set work_mem = '9MB'");
+    exec(&mut a, "begin; reset all; rollback");
+    assert_eq!(b.query_one("show work_mem"), "4MB");
+    assert_eq!(a.query_one("show work_mem"), "9MB");
+    exec(&mut a, "RESET work_mem");
+    assert_eq!(b.query_one("show work_mem"), "4MB");
+    assert_eq!(a.query_one("show work_mem"), "7MB");
+    exec(&mut a, "set work_mem = '9MB'; set work_mem to default");
+    assert_eq!(a.query_one("show work_mem"), "7MB");
+    exec(&mut a, "RESET ALL");
+    assert_eq!(b.query_one("show work_mem"), "4MB");
+    assert_eq!(a.query_one("show work_mem"), "7MB");
+}

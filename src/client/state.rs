@@ -17,7 +17,7 @@ use crate::gucs::{self, Gucs, PIN_ROW};
 use crate::pool::Lease;
 use crate::protocol::framer::Frame;
 use crate::protocol::{messages, PgError};
-use crate::sql::effects::{self, DEFAULTS, EXACT, PIN, RESET_ALL, UNPIN};
+use crate::sql::effects::{self, DEFAULTS, EXACT, PIN, UNPIN};
 
 /// How much of a simple query to see before passing it on: past this the rest is not
 /// looked at, and the session is read back after it whatever it held.
@@ -161,15 +161,19 @@ impl Session {
         let now = (!now.is_empty()).then(|| Arc::new(now));
         held.gucs = now.clone();
         let extras = self.extras.get_or_insert_with(Box::default);
-        extras.gucs = match (&extras.startup_gucs, flags & RESET_ALL != 0) {
-            // What the client gave at startup outlives RESET ALL, as on a direct
-            // connection; the server gets it back at the next lend.
+        extras.gucs = match (&extras.startup_gucs, exact) {
+            // What the client gave at startup is what RESET goes back to, as on a direct
+            // connection: read whole, a startup setting the server no longer has (reset,
+            // RESET ALL) is the startup value again, and the server gets it back at the
+            // next lend. One a rolled-back RESET ALL left in place is kept as it is.
             (Some(startup), true) => {
                 let mut with = now.as_deref().cloned().unwrap_or_default();
                 for (name, value) in startup.iter() {
-                    with.put(name, Some(value));
+                    if with.get(name).is_none() {
+                        with.put(name, Some(value));
+                    }
                 }
-                Some(Arc::new(with))
+                (!with.is_empty()).then(|| Arc::new(with))
             }
             _ => now,
         };
