@@ -175,9 +175,11 @@ pub const GUARD: &str = "SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout 
 /// with this prefix (see [`read_back`]).
 pub const RESET_VALUE_PREFIX: char = '=';
 
-/// In a whole read-back, a reported parameter at the server's own value (reset, never
-/// set by the session) comes in a row named with this prefix: the client is to have its
-/// own startup value back, as RESET gives on a direct connection.
+/// In a whole read-back, a reported parameter at the server's own value (its RESET
+/// value: reset, or never set by the session) comes in a row named with this prefix: the
+/// client is to have its own startup value back, as RESET gives on a direct connection.
+/// (Not `source <> 'session'`: RESET ALL then SET LOCAL in one transaction leaves the
+/// RESET value with source session.)
 pub const AT_DEFAULT_PREFIX: char = '~';
 
 /// The query that reads back the settings a transaction may have changed: `names` by
@@ -243,7 +245,8 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
         parts.push(format!(
             "SELECT n, s.v FROM pg_catalog.unnest({}) n LEFT JOIN (SELECT \
              pg_catalog.lower(name) AS l, pg_catalog.current_setting(name) AS v \
-             FROM pg_catalog.pg_settings WHERE source = 'session') s ON s.l = n",
+             FROM pg_catalog.pg_settings WHERE source = 'session' \
+             AND setting IS DISTINCT FROM reset_val) s ON s.l = n",
             array(&checked)
         ));
     }
@@ -257,14 +260,16 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
         let reported = list(&mut crate::params::TRACKED.iter().copied());
         let guarded = list(&mut GUARDED.iter().copied());
         // One scan of pg_settings: the settings the session made, and the reported
-        // parameters it did not (or reset).
+        // parameters it did not (or reset). One at its RESET value is taken as not made
+        // (RESET ALL then SET LOCAL in one transaction leaves it with source session).
         parts.push(format!(
             "SELECT CASE WHEN pg_catalog.lower(name) IN ({reported}) \
              THEN '{AT_DEFAULT_PREFIX}' || name ELSE name END, \
              pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
              WHERE CASE WHEN pg_catalog.lower(name) IN ({reported}) \
-             THEN source <> 'session' \
-             ELSE source = 'session' AND pg_catalog.lower(name) NOT IN ({guarded}) END"
+             THEN setting = reset_val \
+             ELSE source = 'session' AND setting IS DISTINCT FROM reset_val \
+             AND pg_catalog.lower(name) NOT IN ({guarded}) END"
         ));
         parts.push(
             "SELECT 'role', pg_catalog.current_setting('role') \

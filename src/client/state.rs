@@ -189,7 +189,8 @@ impl Session {
     /// those the server holds at its own value, and the client is given its own back, as
     /// a direct connection would; the server is made to agree at its next lend (or, for
     /// a pinned client, before its next transaction). A RESET rolled back is not seen
-    /// here: the server's value is then the one Weir set, not its own.
+    /// here: the server's value is then the one Weir set, not its own (unless the client
+    /// had set exactly the server's own value).
     fn restore_startup_params(&mut self, at_default: &[String]) {
         let Some(startup) = self.client.0.startup() else {
             return;
