@@ -625,7 +625,7 @@ fn random_step(rng: &mut Rng, tx: Tx, may_begin: bool) -> String {
     let quoted = format!("'{}'", literal.replace('\'', "''"));
     let local = rng.pick(&["false", "true", "'f'", "'false'::bool", "0::bool"]);
     let other = rng.pick(&GUCS);
-    match rng.below(22) {
+    match rng.below(24) {
         0..=3 => format!("SET {name} = {as_set}"),
         4 => format!("SET SESSION {name} TO {as_set}"),
         5 | 6 => format!("SET LOCAL {name} = {as_set}"),
@@ -650,6 +650,12 @@ fn random_step(rng: &mut Rng, tx: Tx, may_begin: bool) -> String {
         19 if tx == Tx::Open => "savepoint s".into(),
         20 if tx == Tx::Open => "rollback to s".into(),
         21 if tx == Tx::Open => "select 1/0".into(),
+        // The extended protocol, every argument a bind parameter: see `run`.
+        22 | 23 => format!(
+            "{EXTENDED}{}|{literal}|{}",
+            g.name,
+            rng.pick(&["false", "true", "f", "off"])
+        ),
         // A custom setting another client once made exists, empty, on a shared server,
         // where a direct connection has never heard of it: not shown, compared as ''.
         _ if g.name.contains('.') => "select 1".into(),
@@ -663,9 +669,28 @@ fn random_step(rng: &mut Rng, tx: Tx, may_begin: bool) -> String {
 
 type Outcome = Result<Vec<Vec<Option<String>>>, String>;
 
-/// Runs a simple query: its rows or its error's code, and the transaction status after.
+/// A step `EXTENDED name|value|is_local` runs set_config($1, $2, $3) through the
+/// extended protocol (unnamed statement, text parameters).
+const EXTENDED: &str = "extended:";
+
+/// Runs a simple query (or an extended one, see [`EXTENDED`]): its rows or its error's
+/// code, and the transaction status after.
 fn run(c: &mut RawConn, sql: &str) -> (Outcome, Tx) {
-    c.send(&query(sql));
+    match sql.strip_prefix(EXTENDED) {
+        Some(args) => {
+            let args: Vec<Option<&str>> = args.split('|').map(Some).collect();
+            c.send(
+                &[
+                    parse("", "select set_config($1, $2, $3)"),
+                    bind("", "", &args),
+                    execute("", 0),
+                    sync(),
+                ]
+                .concat(),
+            );
+        }
+        None => c.send(&query(sql)),
+    }
     let mut rows = Vec::new();
     let mut err = None;
     let mut tx = Tx::Idle;
