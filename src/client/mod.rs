@@ -958,9 +958,12 @@ impl Session {
             lease.synced_to = Some(self.wanted.clone());
             return Ok(());
         }
-        // The server may hold the last client's statement_timeout, and this one's is
-        // among the settings made here.
-        sql.insert_str(0, crate::gucs::GUARD);
+        // The server may hold the last client's statement_timeout, or this one's be
+        // among the settings made here; without settings on either side, only reported
+        // parameters are set, and no client timeout is in force.
+        if !gucs_synced {
+            sql.insert_str(0, crate::gucs::GUARD);
+        }
         lease.gucs = self.gucs().cloned();
         lease
             .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
