@@ -65,6 +65,14 @@ impl Gucs {
     /// Records a value read back from the server; an unset one (role `none`, a custom
     /// setting that is empty or was never made) is removed.
     pub fn put(&mut self, name: &str, value: Option<&str>) {
+        // Names are case-insensitive to the server; pg_settings spells some in capitals.
+        let lower;
+        let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = name.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            name
+        };
         self.0.retain(|(k, _)| k != name);
         let unset = match value {
             None | Some("") => true,
@@ -128,26 +136,140 @@ fn array(names: &[&str]) -> String {
     format!("ARRAY[{}]::pg_catalog.text[]", quoted.join(","))
 }
 
+/// Settings that would cut or refuse Weir's own queries if the client's values applied
+/// to them (a statement_timeout of 1 ms): [`GUARD`] turns them off for the rest of an
+/// internal query's implicit transaction, which then ends with the client's values intact.
+pub const GUARDED: [&str; 3] = [
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+];
+
+/// Settings any session may set, read back by name without asking pg_settings (a scan
+/// of every setting) whether the session did.
+const SETTABLE: [&str; 16] = [
+    "default_transaction_isolation",
+    "default_transaction_read_only",
+    "extra_float_digits",
+    "idle_in_transaction_session_timeout",
+    "idle_session_timeout",
+    "jit",
+    "lock_timeout",
+    "maintenance_work_mem",
+    "plan_cache_mode",
+    "role",
+    "row_security",
+    "search_path",
+    "statement_timeout",
+    "synchronous_commit",
+    "temp_tablespaces",
+    "work_mem",
+];
+
+/// Put before an internal query of several statements (never before DISCARD ALL, which
+/// refuses to run in a transaction block).
+pub const GUARD: &str = "SET LOCAL statement_timeout = 0;SET LOCAL lock_timeout = 0;\
+                         SET LOCAL idle_in_transaction_session_timeout = 0;";
+
+/// In a read-back, the row that gives a guarded setting's value after RESET is named
+/// with this prefix (see [`read_back`]).
+pub const RESET_VALUE_PREFIX: char = '=';
+
+/// In a whole read-back, a reported parameter at the server's own value (its RESET
+/// value: reset, or never set by the session) comes in a row named with this prefix: the
+/// client is to have its own startup value back, as RESET gives on a direct connection.
+/// (Not `source <> 'session'`: RESET ALL then SET LOCAL in one transaction leaves the
+/// RESET value with source session.)
+pub const AT_DEFAULT_PREFIX: char = '~';
+
 /// The query that reads back the settings a transaction may have changed: `names` by
 /// name, and with `exact` every setting the session itself set (pg_settings does not list
 /// custom ones, so those are asked for by name still). With `pins`, one more row, named
 /// [`PIN_ROW`], lists what ties the session to its server. Rows are (name, value or NULL).
+///
+/// The guarded settings are read first, in a statement cheap enough for any timeout,
+/// then turned off for the rest (pg_settings takes a millisecond to scan); with `exact`,
+/// their values after RESET are read too (rows named `=name`), as pg_settings can no
+/// longer tell whether the session set them.
 pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
-    let mut parts = Vec::new();
-    let by_name: Vec<&str> = if exact {
-        names.iter().copied().filter(|n| n.contains('.')).collect()
-    } else {
-        names.to_vec()
-    };
+    let mut sql = String::new();
+    let guarded: Vec<&str> = GUARDED
+        .iter()
+        .copied()
+        .filter(|g| exact || names.contains(g))
+        .collect();
+    if !guarded.is_empty() {
+        sql.push_str(&format!(
+            "SELECT n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest({}) n;",
+            array(&guarded)
+        ));
+    }
     if exact {
-        let reported: Vec<String> = crate::params::TRACKED
-            .iter()
-            .map(|n| quote_literal(&n.to_ascii_lowercase()))
-            .collect();
+        for g in GUARDED {
+            sql.push_str(&format!("SET LOCAL {g} TO DEFAULT;"));
+        }
+        sql.push_str(&format!(
+            "SELECT '{RESET_VALUE_PREFIX}' || n, pg_catalog.current_setting(n) \
+             FROM pg_catalog.unnest({}) n;",
+            array(&GUARDED)
+        ));
+    }
+    let names: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !GUARDED.contains(n))
+        .collect();
+    let mut parts = Vec::new();
+    let by_name: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| n.contains('.') || (!exact && SETTABLE.contains(n)))
+        .collect();
+    // Other built-in names may be ones a session cannot set (max_connections): their
+    // SET failed, and the value read back would fail on the next server. pg_settings
+    // says whether the session set them.
+    let checked: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !exact && !n.contains('.') && !SETTABLE.contains(n))
+        .collect();
+    // Reading by name is as quick as the guard itself: the guard is for pg_settings and
+    // the catalogs the pins are found in.
+    let guard = if exact || pins || !checked.is_empty() {
+        GUARD
+    } else {
+        ""
+    };
+    sql.push_str(guard);
+    if !checked.is_empty() {
         parts.push(format!(
-            "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
-             WHERE source = 'session' AND pg_catalog.lower(name) NOT IN ({})",
-            reported.join(",")
+            "SELECT n, s.v FROM pg_catalog.unnest({}) n LEFT JOIN (SELECT \
+             pg_catalog.lower(name) AS l, pg_catalog.current_setting(name) AS v \
+             FROM pg_catalog.pg_settings WHERE source = 'session' \
+             AND setting IS DISTINCT FROM reset_val) s ON s.l = n",
+            array(&checked)
+        ));
+    }
+    if exact {
+        let list = |names: &mut dyn Iterator<Item = &str>| -> String {
+            let quoted: Vec<String> = names
+                .map(|n| quote_literal(&n.to_ascii_lowercase()))
+                .collect();
+            quoted.join(",")
+        };
+        let reported = list(&mut crate::params::TRACKED.iter().copied());
+        let guarded = list(&mut GUARDED.iter().copied());
+        // One scan of pg_settings: the settings the session made, and the reported
+        // parameters it did not (or reset). One at its RESET value is taken as not made
+        // (RESET ALL then SET LOCAL in one transaction leaves it with source session).
+        parts.push(format!(
+            "SELECT CASE WHEN pg_catalog.lower(name) IN ({reported}) \
+             THEN '{AT_DEFAULT_PREFIX}' || name ELSE name END, \
+             pg_catalog.current_setting(name) FROM pg_catalog.pg_settings \
+             WHERE CASE WHEN pg_catalog.lower(name) IN ({reported}) \
+             THEN setting = reset_val \
+             ELSE source = 'session' AND setting IS DISTINCT FROM reset_val \
+             AND pg_catalog.lower(name) NOT IN ({guarded}) END"
         ));
         parts.push(
             "SELECT 'role', pg_catalog.current_setting('role') \
@@ -166,8 +288,12 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
             "SELECT '', pg_catalog.concat_ws(',', \
              CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
              AND pid = pg_catalog.pg_backend_pid()) THEN 'advisory lock' END, \
-             CASE WHEN pg_catalog.pg_my_temp_schema() <> 0 AND EXISTS (SELECT FROM \
+             CASE WHEN pg_catalog.pg_my_temp_schema() <> 0 AND (EXISTS (SELECT FROM \
              pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_proc \
+             WHERE pronamespace = pg_catalog.pg_my_temp_schema()) \
+             OR EXISTS (SELECT FROM pg_catalog.pg_type \
+             WHERE typnamespace = pg_catalog.pg_my_temp_schema())) \
              THEN 'temporary table' END, \
              CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
              THEN 'WITH HOLD cursor' END, \
@@ -178,7 +304,13 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
                 .to_owned(),
         );
     }
-    parts.join(" UNION ALL ")
+    if parts.is_empty() {
+        // Only guarded settings were asked for.
+        sql.truncate(sql.len() - guard.len());
+    } else {
+        sql.push_str(&parts.join(" UNION ALL "));
+    }
+    sql
 }
 
 /// The SQL that turns a server holding `have` into one holding `want`; empty when they
@@ -318,7 +450,21 @@ mod tests {
             "SELECT n, pg_catalog.current_setting(n, true) FROM \
              pg_catalog.unnest(ARRAY['search_path']::pg_catalog.text[]) n"
         );
+        // A name a session may not be able to set is asked of pg_settings, guarded.
+        let q = read_back(&["search_path", "max_connections"], false, false);
+        assert!(q.starts_with(GUARD), "{q}");
+        assert!(q.contains("ARRAY['max_connections']"), "{q}");
+        assert!(q.contains("ARRAY['search_path']"), "{q}");
+        // A guarded setting is read before the guard.
+        assert_eq!(
+            read_back(&["statement_timeout"], false, false),
+            "SELECT n, pg_catalog.current_setting(n, true) FROM \
+             pg_catalog.unnest(ARRAY['statement_timeout']::pg_catalog.text[]) n;"
+        );
         let q = read_back(&["search_path", "my.x"], true, true);
+        let guard = q.find(GUARD).expect("guarded");
+        assert!(q[..guard].contains("SET LOCAL statement_timeout TO DEFAULT"));
+        assert!(q[guard..].contains("NOT IN ("));
         assert!(q.contains("source = 'session'"));
         assert!(q.contains("ARRAY['my.x']"));
         assert!(!q.contains("'search_path'"));

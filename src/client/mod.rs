@@ -555,7 +555,12 @@ impl Session {
             if !self.pinned() || self.shutting_down {
                 break event;
             }
-            // Pinned: the server stays lent for the next transaction.
+            // Pinned: the server stays lent for the next transaction, and must hold what
+            // the client holds (after RESET ALL, its own startup parameters back); a
+            // no-op without a round trip when it already does.
+            if let Err(e) = self.sync_params(&mut held).await {
+                return Some(Box::pin(self.close_and_refuse(held, e, true)).await);
+            }
             if !self.flush_client().await {
                 Box::pin(self.finish_server(held)).await;
                 return Some("client unexpected eof".into());
@@ -573,8 +578,11 @@ impl Session {
                 let always = held.pool().settings().server_reset_query_always;
                 if self.mode == PoolMode::Session || always || self.pinned() {
                     Box::pin(self.finish_server(held)).await;
-                } else {
+                } else if Box::pin(state::before_pooling(&mut held)).await {
                     held.release();
+                } else {
+                    crate::conn_log::server_closing(&held.info.0, "could not reset server");
+                    held.close().await;
                 }
                 if !self.shutting_down {
                     return None;
@@ -964,6 +972,12 @@ impl Session {
         if sql.is_empty() {
             lease.synced_to = Some(self.wanted.clone());
             return Ok(());
+        }
+        // The server may hold the last client's statement_timeout, or this one's be
+        // among the settings made here; without settings on either side, only reported
+        // parameters are set, and no client timeout is in force.
+        if !gucs_synced {
+            sql.insert_str(0, crate::gucs::GUARD);
         }
         lease.gucs = self.gucs().cloned();
         lease

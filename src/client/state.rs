@@ -17,7 +17,7 @@ use crate::gucs::{self, Gucs, PIN_ROW};
 use crate::pool::Lease;
 use crate::protocol::framer::Frame;
 use crate::protocol::{messages, PgError};
-use crate::sql::effects::{self, EXACT, PIN, RESET_ALL, UNPIN};
+use crate::sql::effects::{self, DEFAULTS, EXACT, PIN, UNPIN};
 
 /// How much of a simple query to see before passing it on: past this the rest is not
 /// looked at, and the session is read back after it whatever it held.
@@ -120,9 +120,6 @@ impl Session {
         }
         let exact = flags & EXACT != 0;
         let pins = flags & PIN != 0 || (self.pinned() && flags & UNPIN != 0);
-        if flags & RESET_ALL != 0 {
-            self.restore_startup_params(held);
-        }
         if !exact && names.is_empty() && !pins {
             return Ok(());
         }
@@ -134,6 +131,8 @@ impl Session {
             .map_err(|e| e.to_client_error())?;
         let mut now = Gucs::default();
         let mut pinned_by = None;
+        let mut reset_values = Vec::new();
+        let mut at_default = Vec::new();
         for row in rows {
             let mut cols = row.into_iter();
             let (Some(Some(name)), Some(value)) = (cols.next(), cols.next()) else {
@@ -141,22 +140,40 @@ impl Session {
             };
             if name == PIN_ROW {
                 pinned_by = value;
+            } else if let Some(reported) = name.strip_prefix(gucs::AT_DEFAULT_PREFIX) {
+                at_default.push(reported.to_owned());
+            } else if let Some(guarded) = name.strip_prefix(gucs::RESET_VALUE_PREFIX) {
+                reset_values.push((guarded.to_owned(), value));
             } else {
                 now.put(&name, value.as_deref());
+            }
+        }
+        if flags & DEFAULTS != 0 {
+            self.restore_startup_params(&at_default);
+        }
+        // Read whole, a guarded setting at its RESET value is one the session did not
+        // set (or set back): nothing to carry.
+        for (name, reset) in reset_values {
+            if now.get(&name) == reset.as_deref() {
+                now.put(&name, None);
             }
         }
         let now = (!now.is_empty()).then(|| Arc::new(now));
         held.gucs = now.clone();
         let extras = self.extras.get_or_insert_with(Box::default);
-        extras.gucs = match (&extras.startup_gucs, flags & RESET_ALL != 0) {
-            // What the client gave at startup outlives RESET ALL, as on a direct
-            // connection; the server gets it back at the next lend.
+        extras.gucs = match (&extras.startup_gucs, exact) {
+            // What the client gave at startup is what RESET goes back to, as on a direct
+            // connection: read whole, a startup setting the server no longer has (reset,
+            // RESET ALL) is the startup value again, and the server gets it back at the
+            // next lend. One a rolled-back RESET ALL left in place is kept as it is.
             (Some(startup), true) => {
                 let mut with = now.as_deref().cloned().unwrap_or_default();
                 for (name, value) in startup.iter() {
-                    with.put(name, Some(value));
+                    if with.get(name).is_none() {
+                        with.put(name, Some(value));
+                    }
                 }
-                Some(Arc::new(with))
+                (!with.is_empty()).then(|| Arc::new(with))
             }
             _ => now,
         };
@@ -167,21 +184,27 @@ impl Session {
         Ok(())
     }
 
-    /// RESET ALL and DISCARD ALL put the reported parameters back to the server's own
-    /// startup values, which are not the client's: the client is given its own back, as
-    /// a direct connection would have kept them, and the server is made to agree at its
-    /// next lend.
-    fn restore_startup_params(&mut self, held: &Lease) {
+    /// RESET (ALL, or of one parameter) and DISCARD ALL put reported parameters back to
+    /// the server's own startup values, which are not the client's: `at_default` names
+    /// those the server holds at its own value, and the client is given its own back, as
+    /// a direct connection would; the server is made to agree at its next lend (or, for
+    /// a pinned client, before its next transaction). A RESET rolled back is not seen
+    /// here: the server's value is then the one Weir set, not its own (unless the client
+    /// had set exactly the server's own value).
+    fn restore_startup_params(&mut self, at_default: &[String]) {
         let Some(startup) = self.client.0.startup() else {
             return;
         };
         let mut out = BytesMut::new();
-        for (name, value) in startup.iter() {
-            if held.params.get(name) != Some(value) {
+        for name in at_default {
+            let Some(value) = startup.get(name) else {
+                continue;
+            };
+            if self.wanted.get(name) != Some(value) {
                 messages::parameter_status(&mut out, name, value);
+                Arc::make_mut(&mut self.wanted).set(name, value);
             }
         }
-        self.wanted = startup;
         if !out.is_empty() {
             self.outbuf.extend_from_slice(&out);
             let at = self.sframe.scanned();
@@ -217,10 +240,56 @@ impl Session {
             self.set_pinned(None);
         }
         self.touched = 0;
+        // DISCARD ALL runs alone (not in a transaction block, where GUARD would put it):
+        // a timeout the client left on the server is taken off first.
+        let timeouts = held
+            .gucs
+            .as_ref()
+            .is_some_and(|g| gucs::GUARDED.iter().any(|n| g.get(n).is_some()));
+        if timeouts {
+            let reset: String = gucs::GUARDED
+                .iter()
+                .map(|n| format!("RESET {n};"))
+                .collect();
+            let sql = format!("{}{reset}", gucs::GUARD);
+            if held
+                .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
         held.run_internal_boxed("DISCARD ALL", INTERNAL_QUERY_TIMEOUT)
             .await
             .is_ok()
     }
+}
+
+/// Settings that act on an idle session: a server left idle in the pool with the
+/// client's value would end itself there (idle_session_timeout).
+const IDLE_ACTING: [&str; 1] = ["idle_session_timeout"];
+
+/// Takes off a server going back to the pool the settings that would act on it while it
+/// idles there; the client gets them back on its next server. False when the server
+/// must be closed.
+pub(super) async fn before_pooling(held: &mut Lease) -> bool {
+    let Some(g) = held.gucs.as_ref() else {
+        return true;
+    };
+    if !IDLE_ACTING.iter().any(|n| g.get(n).is_some()) {
+        return true;
+    }
+    let mut left = (**g).clone();
+    let mut sql = gucs::GUARD.to_owned();
+    for n in IDLE_ACTING {
+        left.put(n, None);
+        sql.push_str(&format!("RESET {n};"));
+    }
+    held.gucs = (!left.is_empty()).then(|| Arc::new(left));
+    held.run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
+        .await
+        .is_ok()
 }
 
 /// How much of a client message's body the relay must see in pooled modes.

@@ -5,7 +5,7 @@
 //! only has to say *whether* to ask and *what about*, and may err on the side of asking.
 
 use super::lexer::{tokens, Spanned, Tok};
-use super::{statement, word, Arg, Stmt};
+use super::{statement, word, Stmt};
 
 /// Settings named in `Effects::names` may have changed: their values are read back.
 pub const SETTING: u8 = 1;
@@ -19,6 +19,9 @@ pub const RESET_ALL: u8 = 4;
 pub const PIN: u8 = 8;
 /// Such a tie may have been released.
 pub const UNPIN: u8 = 16;
+/// A reported parameter may have gone back to the server's own value (RESET of one,
+/// RESET ALL, DISCARD ALL, a DO block): the client is to have its startup value back.
+pub const DEFAULTS: u8 = 32;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Effects {
@@ -52,8 +55,13 @@ impl Effects {
     }
 
     fn name(&mut self, name: &str) {
-        if crate::params::tracked_name(name).is_some() {
-            // Reported with ParameterStatus, and followed that way.
+        if crate::params::tracked_name(name).is_some() || NOT_CARRIED.contains(&name) {
+            // Reported with ParameterStatus, and followed that way; or nothing to carry.
+            return;
+        }
+        if name == "session_authorization" {
+            // set_config('session_authorization', ...): SET SESSION AUTHORIZATION.
+            self.flags |= PIN | UNPIN;
             return;
         }
         self.flags |= SETTING;
@@ -62,6 +70,38 @@ impl Effects {
         }
     }
 }
+
+/// Settings a session cannot carry to another server with set_config(): seed (SHOW says
+/// "unavailable", which set_config refuses), the transaction_* ones (they last one
+/// transaction, and refuse to change after its first query), and the read-only ones (a
+/// SET of them fails, but the name read back would then be put on the next server, and
+/// fail there). Putting one on the next server would end the client.
+const NOT_CARRIED: [&str; 24] = [
+    "block_size",
+    "data_checksums",
+    "data_directory_mode",
+    "debug_assertions",
+    "in_hot_standby",
+    "integer_datetimes",
+    "is_superuser",
+    "lc_collate",
+    "lc_ctype",
+    "max_function_args",
+    "max_identifier_length",
+    "max_index_keys",
+    "seed",
+    "segment_size",
+    "server_encoding",
+    "server_version",
+    "server_version_num",
+    "shared_memory_size",
+    "shared_memory_size_in_huge_pages",
+    "ssl_library",
+    "transaction_deferrable",
+    "transaction_isolation",
+    "transaction_read_only",
+    "wal_block_size",
+];
 
 /// What `sql` (a Query's text, or a Parse's) may do to the session. `whole` is false when
 /// `sql` is only the start of a longer text: then anything may follow, and the answer is
@@ -85,15 +125,22 @@ pub fn effects(sql: &[u8], whole: bool) -> Effects {
 fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
     let first = word(t.first());
     let second = word(t.get(1));
+    let third = word(t.get(2));
+    // Function calls and temporary objects, wherever they are in the statement.
+    calls(t, e);
     match first {
-        Some("set") => match second {
-            Some("local" | "transaction" | "constraints") => return,
-            Some("role") => return e.name("role"),
-            Some("session") if word(t.get(2)) == Some("authorization") => {
+        Some("set") => match (second, third) {
+            (Some("local" | "transaction" | "constraints"), _) => return,
+            (Some("role"), _) | (Some("session"), Some("role")) => return e.name("role"),
+            // SET SCHEMA 'x' is SET search_path TO 'x'.
+            (Some("schema"), _) | (Some("session"), Some("schema")) => {
+                return e.name("search_path")
+            }
+            (Some("session"), Some("authorization")) => {
                 e.flags |= PIN | UNPIN;
                 return;
             }
-            Some("session") if word(t.get(2)) == Some("characteristics") => {
+            (Some("session"), Some("characteristics")) => {
                 e.flags |= EXACT;
                 return;
             }
@@ -109,44 +156,207 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
         },
         Some("discard") => {
             match second {
-                Some("all") => e.flags |= EXACT | RESET_ALL | UNPIN,
+                Some("all") => e.flags |= EXACT | RESET_ALL | DEFAULTS | UNPIN,
                 Some("temp" | "temporary") => e.flags |= UNPIN,
                 _ => {}
             }
             return;
         }
+        Some("do") => return do_block(t, e, 0),
         Some("drop" | "close" | "unlisten") => e.flags |= UNPIN,
         _ => {}
     }
-    if t.iter()
-        .any(|s| matches!(word(Some(s)), Some(w) if w.starts_with("pg_advisory_unlock")))
-    {
-        e.flags |= UNPIN;
-    }
     match statement(sql, t) {
-        Some(Stmt::Set { name, local, .. }) if !local => e.name(&name),
-        Some(Stmt::Set { .. }) => {}
-        Some(Stmt::Reset { .. }) => e.flags |= EXACT,
-        Some(Stmt::ResetAll) => e.flags |= EXACT | RESET_ALL,
-        Some(Stmt::DiscardAll) => e.flags |= EXACT | RESET_ALL | UNPIN,
-        Some(Stmt::SetConfig { name, local, .. }) => {
-            if local == Arg::Lit("true".into()) {
-                return;
-            }
-            match name {
-                Arg::Lit(n) => e.name(&n.to_ascii_lowercase()),
-                Arg::Param(n) => {
-                    // pg_settings finds the built-in ones; a custom one only by its name.
-                    e.flags |= EXACT;
-                    if !e.params.contains(&n) {
-                        e.params.push(n);
-                    }
-                }
-            }
+        Some(Stmt::Set { name, local, .. }) if !local => e.name(&name.to_ascii_lowercase()),
+        Some(Stmt::Reset { name }) if crate::params::tracked_name(&name).is_some() => {
+            e.flags |= EXACT | DEFAULTS
         }
+        Some(Stmt::Reset { .. }) => e.flags |= EXACT,
+        Some(Stmt::ResetAll) => e.flags |= EXACT | RESET_ALL | DEFAULTS,
+        Some(Stmt::DiscardAll) => e.flags |= EXACT | RESET_ALL | DEFAULTS | UNPIN,
         Some(Stmt::Listen { .. } | Stmt::Pin(_)) => e.flags |= PIN,
         Some(Stmt::Unlisten { .. }) => e.flags |= UNPIN,
-        None => {}
+        // set_config() was seen by `calls`.
+        Some(Stmt::Set { .. } | Stmt::SetConfig { .. }) | None => {}
+    }
+}
+
+/// A function's name as called: a word, or a quoted identifier (kept as written, as the
+/// server matches it).
+fn func(t: &Spanned) -> Option<&str> {
+    match &t.tok {
+        Tok::Word(w) | Tok::Ident(w) => Some(w),
+        _ => None,
+    }
+}
+
+/// Calls that change the session or tie it to its server, and temporary objects, found
+/// anywhere in a statement's tokens: in a select list among other columns, in a
+/// subquery, schema-qualified, quoted, several of them.
+fn calls(t: &[Spanned], e: &mut Effects) {
+    for (i, tok) in t.iter().enumerate() {
+        let Some(f) = func(tok) else {
+            continue;
+        };
+        match f {
+            "set_config" if punct(t.get(i + 1), b'(') => set_config_call(&t[i + 2..], e),
+            "pg_advisory_lock"
+            | "pg_advisory_lock_shared"
+            | "pg_try_advisory_lock"
+            | "pg_try_advisory_lock_shared" => e.flags |= PIN,
+            f if f.starts_with("pg_advisory_unlock") => e.flags |= UNPIN,
+            // A temporary table, view, sequence (CREATE [OR REPLACE] TEMP ..., SELECT ...
+            // INTO TEMP ...), or anything made in pg_temp (a function): the read-back
+            // of what pins finds which.
+            "temp" | "temporary" if temp_object(t, i) => e.flags |= PIN,
+            "pg_temp" => e.flags |= PIN,
+            _ => {}
+        }
+    }
+}
+
+fn punct(t: Option<&Spanned>, c: u8) -> bool {
+    t.is_some_and(|t| t.tok == Tok::Punct(c))
+}
+
+/// Whether the word TEMP or TEMPORARY at `i` makes a temporary object, rather than name
+/// a column.
+fn temp_object(t: &[Spanned], i: usize) -> bool {
+    let before = i.checked_sub(1).and_then(|j| t.get(j)).and_then(func);
+    let after = t.get(i + 1).and_then(func);
+    matches!(
+        before,
+        Some("into" | "create" | "global" | "local" | "replace")
+    ) || matches!(after, Some("table" | "view" | "sequence"))
+}
+
+/// The arguments of set_config( at `t` (just past the parenthesis). Only a session-wide
+/// change matters: a transaction-local one is gone by the time Weir reads back. Whatever
+/// cannot be told apart is taken as session-wide, and a name that is no literal makes
+/// the whole session read back.
+fn set_config_call(t: &[Spanned], e: &mut Effects) {
+    let mut args: Vec<&[Spanned]> = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut closed = false;
+    for (i, tok) in t.iter().enumerate() {
+        match tok.tok {
+            Tok::Punct(b'(' | b'[') => depth += 1,
+            Tok::Punct(b')' | b']') if depth > 0 => depth -= 1,
+            Tok::Punct(b')') => {
+                args.push(&t[start..i]);
+                closed = true;
+                break;
+            }
+            Tok::Punct(b',') if depth == 0 => {
+                args.push(&t[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if !closed || args.len() != 3 {
+        // Not a call PostgreSQL runs (or cut short): nothing to learn, but be safe.
+        e.flags |= EXACT;
+        return;
+    }
+    if is_true(bare(args[2])) {
+        return;
+    }
+    match bare(args[0]) {
+        [one] => match &one.tok {
+            Tok::Str(n) => e.name(&n.to_ascii_lowercase()),
+            Tok::Param(n) => {
+                // pg_settings finds the built-in ones; a custom one only by its name.
+                e.flags |= EXACT;
+                if !e.params.contains(n) {
+                    e.params.push(*n);
+                }
+            }
+            _ => e.flags |= EXACT,
+        },
+        _ => e.flags |= EXACT,
+    }
+}
+
+/// An argument without the parentheses around it and the casts after it
+/// (`('x')::text`, `$1::pg_catalog.text`).
+fn bare(mut t: &[Spanned]) -> &[Spanned] {
+    loop {
+        let n = t.len();
+        if n >= 2 && punct(t.first(), b'(') && punct(t.last(), b')') {
+            t = &t[1..n - 1];
+            continue;
+        }
+        // `:: type` or `:: schema . type` at the end.
+        let cast_at = (0..n.saturating_sub(2)).rev().find(|&i| {
+            punct(t.get(i), b':')
+                && punct(t.get(i + 1), b':')
+                && t[i + 2..]
+                    .iter()
+                    .all(|x| matches!(x.tok, Tok::Word(_) | Tok::Ident(_) | Tok::Punct(b'.')))
+        });
+        match cast_at {
+            Some(i) if i > 0 => t = &t[..i],
+            _ => return t,
+        }
+    }
+}
+
+/// A literal PostgreSQL reads as boolean true (only the plain spellings: any other is
+/// taken as false, which at worst reads back what did not change).
+fn is_true(t: &[Spanned]) -> bool {
+    let [one] = t else {
+        return false;
+    };
+    let v = match &one.tok {
+        Tok::Word(w) => w.as_str(),
+        Tok::Str(s) => s.trim(),
+        Tok::Number(n) => n.as_str(),
+        _ => return false,
+    };
+    ["true", "t", "on", "yes", "y", "1"]
+        .iter()
+        .any(|x| x.eq_ignore_ascii_case(v))
+}
+
+/// DO runs code Weir does not parse (PL/pgSQL, dynamic SQL): every built-in setting, the
+/// role and the pins are read back after it, and the custom settings its body names are
+/// asked for by name. Reading back is exact for all but a custom setting whose name is
+/// built at run time; pinning instead would hold a server for the rest of the session
+/// for what is most often a one-off migration step.
+fn do_block(t: &[Spanned], e: &mut Effects, depth: u8) {
+    e.flags |= EXACT | PIN | UNPIN | DEFAULTS;
+    for tok in t {
+        if let Tok::Str(body) = &tok.tok {
+            body_names(body, e, depth);
+        }
+    }
+}
+
+/// The custom settings a block of procedural code names in SET, RESET and set_config(),
+/// wherever the statements start (after BEGIN, THEN, LOOP...), also in string literals
+/// (EXECUTE 'SET ...').
+fn body_names(body: &str, e: &mut Effects, depth: u8) {
+    if depth > 2 {
+        return;
+    }
+    let toks = tokens(body);
+    let mut inner = Effects::default();
+    calls(&toks, &mut inner);
+    for (i, tok) in toks.iter().enumerate() {
+        match (&tok.tok, word(toks.get(i + 1))) {
+            (Tok::Word(w), next) if (w == "set" || w == "reset") && next != Some("local") => {
+                if let Some((n, _)) = super::name(&toks[i + 1..]) {
+                    inner.name(&n.to_ascii_lowercase());
+                }
+            }
+            (Tok::Str(s), _) => body_names(s, e, depth + 1),
+            _ => {}
+        }
+    }
+    for n in inner.names.iter().filter(|n| n.contains('.')) {
+        e.name(n);
     }
 }
 
@@ -182,11 +392,11 @@ fn bind_param(rest: &[u8], n: u16) -> Option<String> {
 }
 
 /// The cheap check run on every query: false means nothing in `sql` can have an effect.
-/// True for a statement that starts with a word that may (whatever follows), and for the
-/// functions that may, wherever they are; comments at a statement's start are not looked
-/// into, and so pass.
+/// True for a statement that starts with a word that may (whatever follows), for the
+/// functions that may, wherever they are, and for the word TEMP (SELECT ... INTO TEMP);
+/// comments at a statement's start are not looked into, and so pass.
 pub fn worth_lexing(sql: &[u8]) -> bool {
-    const STARTS: [&[u8]; 9] = [
+    const STARTS: [&[u8]; 10] = [
         b"set",
         b"reset",
         b"discard",
@@ -196,8 +406,10 @@ pub fn worth_lexing(sql: &[u8]) -> bool {
         b"declare",
         b"drop",
         b"close",
+        b"do",
     ];
-    const CALLS: [&[u8]; 3] = [b"config", b"lock", b"unlock"];
+    // After an underscore: set_config, pg_advisory_[un]lock, pg_temp.
+    const CALLS: [&[u8]; 4] = [b"config", b"lock", b"unlock", b"temp"];
     let starts_with = |at: &[u8], w: &[u8]| {
         at.len() >= w.len()
             && at[..w.len()].eq_ignore_ascii_case(w)
@@ -223,12 +435,20 @@ pub fn worth_lexing(sql: &[u8]) -> bool {
             None => break,
         }
     }
-    sql.iter().enumerate().any(|(i, &c)| {
-        c == b'_'
-            && CALLS.iter().any(|w| {
-                sql.len() >= i + 1 + w.len() && sql[i + 1..i + 1 + w.len()].eq_ignore_ascii_case(w)
-            })
+    let at_word = |i: usize| i == 0 || !is_ident_byte(sql[i - 1]);
+    sql.iter().enumerate().any(|(i, &c)| match c {
+        b'_' => CALLS.iter().any(|w| {
+            sql.len() >= i + 1 + w.len() && sql[i + 1..i + 1 + w.len()].eq_ignore_ascii_case(w)
+        }),
+        b't' | b'T' => {
+            at_word(i) && sql.len() >= i + 4 && sql[i + 1..i + 4].eq_ignore_ascii_case(b"emp")
+        }
+        _ => false,
     })
+}
+
+fn is_ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
 #[cfg(test)]
@@ -295,8 +515,10 @@ mod tests {
         assert_eq!(flags("RESET work_mem"), EXACT);
         assert_eq!(flags("set work_mem to default"), EXACT);
         assert_eq!(flags("select set_config($1, $2, false)"), EXACT);
-        assert_eq!(flags("RESET ALL"), EXACT | RESET_ALL);
-        assert_eq!(flags("discard all"), EXACT | RESET_ALL | UNPIN);
+        assert_eq!(flags("RESET ALL"), EXACT | RESET_ALL | DEFAULTS);
+        assert_eq!(flags("discard all"), EXACT | RESET_ALL | DEFAULTS | UNPIN);
+        assert_eq!(flags("reset application_name"), EXACT | DEFAULTS);
+        assert_eq!(flags("SET TIME ZONE DEFAULT"), EXACT | DEFAULTS);
         assert_eq!(
             flags("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
             EXACT
@@ -339,6 +561,60 @@ mod tests {
         let mut e = Effects::default();
         e.bind(&stmt, &[0, 0, 0, 1, 255, 255, 255, 255]);
         assert!(e.names.is_empty());
+    }
+
+    #[test]
+    fn set_config_however_written() {
+        for q in [
+            "select set_config('myapp.x', 'v', 'false'::bool)",
+            "select set_config('myapp.x', 'v', 0::bool)",
+            "select \"set_config\"('myapp.x', 'v' || 'w', (false))",
+            "select 1, pg_catalog.set_config('MyApp.X'::text, 'v', 1 = 2), 2",
+            "select pg_advisory_xact_lock(1), set_config('myapp.x', 'v', false)",
+        ] {
+            assert_eq!(names(q), vec!["myapp.x"], "{q}");
+        }
+        assert_eq!(
+            names("select set_config('a.b', '1', false), set_config('c.d', '2', 'f')"),
+            vec!["a.b", "c.d"]
+        );
+        assert_eq!(flags("select set_config(n, v, false) from t"), EXACT);
+        assert_eq!(flags("select set_config('a.b', 'v', 'on'::bool)"), 0);
+        let e = effects(b"select set_config($1::text, $2::text, $3::bool)", true);
+        assert_eq!((e.flags, e.params), (EXACT, vec![1]));
+    }
+
+    #[test]
+    fn other_set_forms_and_do_blocks() {
+        assert_eq!(names("SET SCHEMA 'x'"), vec!["search_path"]);
+        assert_eq!(names("set session schema 'x'"), vec!["search_path"]);
+        assert_eq!(names("set session role bob"), vec!["role"]);
+        assert_eq!(names("SET \"Search_Path\" TO x"), vec!["search_path"]);
+        let e = effects(
+            b"DO $$BEGIN SET myapp.a = 1; EXECUTE 'SET myapp.b = 2'; \
+              PERFORM set_config('myapp.c', '3', false); SET LOCAL myapp.d = 4; END$$",
+            true,
+        );
+        assert_eq!(e.flags, EXACT | PIN | UNPIN | DEFAULTS | SETTING);
+        let mut names = e.names;
+        names.sort();
+        assert_eq!(names, vec!["myapp.a", "myapp.b", "myapp.c"]);
+    }
+
+    #[test]
+    fn temporary_objects_however_made() {
+        for q in [
+            "select 1 into temp t",
+            "with w as (select 1) select * into temporary table t from w",
+            "create or replace temp view v as select 1",
+            "create temp sequence s",
+            "create function pg_temp.f() returns int language sql as 'select 1'",
+        ] {
+            assert!(worth_lexing(q.as_bytes()), "{q}");
+            assert_eq!(flags(q), PIN, "{q}");
+        }
+        assert_eq!(flags("select temp from weather"), 0);
+        assert_eq!(flags("select \"pg_advisory_lock\"(1)"), PIN);
     }
 
     #[test]
