@@ -226,3 +226,41 @@ fn read_write_follows_a_promoted_replica() {
     assert_eq!(host_col(&res, "rw", r, "role").as_deref(), Some("primary"));
     assert_eq!(host_col(&res, "rw", p, "state").as_deref(), Some("down"));
 }
+
+#[test]
+fn a_host_that_never_answers_is_skipped_at_server_connect_timeout() {
+    let primary = PgServer::start();
+    // Accepts TCP connections (the kernel does, into the backlog) and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = silent.local_addr().unwrap().port();
+    let weir = Weir::builder()
+        .set("pool_mode", "session")
+        .set("admin_users", "postgres")
+        .set("server_connect_timeout", 1)
+        .database(
+            "d",
+            &entry(&[s, primary.port()], "load_balance_hosts=disable"),
+        )
+        .start();
+    let started = std::time::Instant::now();
+    let mut c = client(&weir, "d");
+    assert_eq!(server_port(&mut c), primary.port());
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(900),
+        "the silent host was not tried first ({took:?})"
+    );
+    let res = show_hosts(&weir);
+    assert_eq!(host_col(&res, "d", s, "state").as_deref(), Some("down"));
+    assert!(
+        host_col(&res, "d", s, "last_error").is_some_and(|e| e.contains("timed out")),
+        "{res:#?}"
+    );
+    // disable stays on the host that answered.
+    drop(c);
+    assert_eq!(
+        ports_of_new_servers(&weir, "d", 2),
+        vec![primary.port(), primary.port()]
+    );
+    drop(silent);
+}
