@@ -174,7 +174,15 @@ impl App {
         let server_user = server_user.to_owned();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let limits = self.limits(snap, db_name, db, &server_user);
-        let settings = pool_settings(snap, db, server_db, &server_user, generation, limits);
+        let settings = pool_settings(
+            snap,
+            db_name,
+            db,
+            server_db,
+            &server_user,
+            generation,
+            limits,
+        );
         let pool = Pool::new(db_name.to_owned(), server_user.clone(), settings);
         pools
             .entry(db_name.to_owned())
@@ -252,6 +260,7 @@ impl App {
             let limits = self.limits(&snap, &pool.database, db, &pool.user);
             let mut settings = pool_settings(
                 &snap,
+                &pool.database,
                 db,
                 server_db,
                 &pool.user,
@@ -264,6 +273,7 @@ impl App {
             pool.update_settings(settings);
         }
         crate::conn_log::configure(&snap.config.general);
+        crate::server::hosts::retain(|name| snap.resolve_database(name).is_some());
         self.snapshot.store(Arc::new(snap));
         self.open_forced_pools();
     }
@@ -271,6 +281,7 @@ impl App {
 
 fn same_target(a: &ServerTarget, b: &ServerTarget) -> bool {
     a.addr == b.addr
+        && a.hosts.same_as(&b.hosts)
         && a.user == b.user
         && a.database == b.database
         && a.secret == b.secret
@@ -291,8 +302,31 @@ fn default_socket_dir() -> &'static str {
 
 /// Where a database entry's server listens (its first host).
 pub fn server_addr(db: &Database) -> ServerAddr {
-    let port = db.port_for(0);
-    match db.host.first().map(String::as_str) {
+    host_addr(db, 0)
+}
+
+/// Where each of a database entry's hosts listens, in order.
+pub fn server_addrs(db: &Database) -> Vec<ServerAddr> {
+    (0..db.host.len().max(1))
+        .map(|i| host_addr(db, i))
+        .collect()
+}
+
+/// The host set (see server::hosts) of a database entry.
+pub fn host_set(name: &str, db: &Database) -> Arc<crate::server::hosts::HostSet> {
+    crate::server::hosts::for_database(
+        name,
+        server_addrs(db),
+        db.load_balance_hosts
+            .unwrap_or(weir_config::LoadBalanceHosts::RoundRobin),
+        db.target_session_attrs
+            .unwrap_or(weir_config::TargetSessionAttrs::Any),
+    )
+}
+
+fn host_addr(db: &Database, index: usize) -> ServerAddr {
+    let port = db.port_for(index);
+    match db.host.get(index).map(String::as_str) {
         None | Some("") => ServerAddr::Unix {
             path: PathBuf::from(format!("{}/.s.PGSQL.{port}", default_socket_dir())),
         },
@@ -306,8 +340,10 @@ pub fn server_addr(db: &Database) -> ServerAddr {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn pool_settings(
     snap: &Snapshot,
+    name: &str,
     db: &Database,
     server_db: &str,
     server_user: &str,
@@ -337,6 +373,7 @@ fn pool_settings(
             .unwrap_or(g.default_pool_size) as usize,
         target: ServerTarget {
             addr: server_addr(db),
+            hosts: host_set(name, db),
             user: server_user.to_owned(),
             database: server_db.to_owned(),
             secret,

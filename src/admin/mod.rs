@@ -73,6 +73,7 @@ const HELP_DETAIL: &str = "\n\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|
 \tSHOW PEERS|PEER_POOLS\n\
 \tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE\n\
 \tSHOW DNS_HOSTS|DNS_ZONES\n\
+\tSHOW HOSTS\n\
 \tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS\n\
 \tSET key = arg\n\
 \tRELOAD\n\
@@ -391,6 +392,7 @@ impl Console {
             "config" => show::config(app),
             "mem" => show::mem(),
             "dns_hosts" => show::dns_hosts(),
+            "hosts" => show::hosts(app),
             "dns_zones" => show::dns_zones(),
             "state" => show::state(),
             "version" => show::version(),

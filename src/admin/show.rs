@@ -90,7 +90,9 @@ fn server_pools(pools: &[Arc<Pool>]) -> HashMap<u64, Arc<Pool>> {
     for s in SERVERS.snapshot() {
         if let Some(p) = pools.iter().find(|p| {
             let t = &p.settings().target;
-            t.addr == s.addr && t.user == s.user && t.database == s.database
+            t.hosts.hosts.iter().any(|h| h.addr == s.addr)
+                && t.user == s.user
+                && t.database == s.database
         }) {
             out.insert(s.id, p.clone());
         }
@@ -996,6 +998,65 @@ pub fn fds() -> RowSet {
             "scram_server_key",
         ],
     )
+}
+
+/// Weir's own: one row per host of each database entry (`host=a,b,c`), with what the last
+/// connections to it found (role from `in_hot_standby` or `pg_is_in_recovery()`, reachable
+/// or not, the last error) and its servers now.
+pub fn hosts(app: &App) -> RowSet {
+    let snap = app.snapshot.load();
+    // Entries no pool has used yet are listed too, with what is known: nothing.
+    for (name, db) in &snap.config.databases {
+        crate::app::host_set(name, db);
+    }
+    let servers = SERVERS.snapshot();
+    let mut rs = RowSet::new(
+        "ssisssiiss",
+        &[
+            "database",
+            "host",
+            "port",
+            "role",
+            "state",
+            "load_balance_hosts",
+            "active",
+            "idle",
+            "last_error",
+            "last_error_time",
+        ],
+    );
+    for (name, set) in crate::server::hosts::all() {
+        for h in &set.hosts {
+            let (mut active, mut idle) = (0, 0);
+            for s in &servers {
+                if s.addr == h.addr && s.entry() == Some(&*name) {
+                    match s.state() {
+                        ServerState::Active => active += 1,
+                        ServerState::Idle => idle += 1,
+                        ServerState::Login => {}
+                    }
+                }
+            }
+            let (host, port) = server_addr(&h.addr);
+            let (err, at) = match h.last_error() {
+                Some((at, e)) => (text(e), text(format_time(at))),
+                None => (NULL, NULL),
+            };
+            rs.push(vec![
+                text(&name),
+                host,
+                port,
+                text(h.role().as_str()),
+                text(h.state()),
+                text(set.balance.as_str()),
+                int(active),
+                int(idle),
+                err,
+                at,
+            ]);
+        }
+    }
+    rs
 }
 
 /// Weir keeps no DNS cache: no rows.

@@ -35,6 +35,8 @@ pub struct ServerInfo {
     local: OnceLock<Endpoint>,
     /// The TLS session (SHOW SERVERS tls), empty in the clear.
     tls: OnceLock<Box<str>>,
+    /// The database entry it was opened for (SHOW HOSTS), once logged in.
+    entry: OnceLock<Arc<str>>,
 }
 
 impl ServerInfo {
@@ -59,6 +61,12 @@ impl ServerInfo {
     }
     pub fn set_tls(&self, tls: String) {
         let _ = self.tls.set(tls.into());
+    }
+    pub fn entry(&self) -> Option<&str> {
+        self.entry.get().map(|e| &**e)
+    }
+    pub fn set_entry(&self, name: Arc<str>) {
+        let _ = self.entry.set(name);
     }
     pub fn set_local(&self, end: Endpoint) {
         let _ = self.local.set(end);
@@ -112,6 +120,7 @@ impl ServerHandle {
                 prepared: AtomicU32::new(0),
                 local: OnceLock::new(),
                 tls: OnceLock::new(),
+                entry: OnceLock::new(),
             },
         );
         ServerHandle(info)

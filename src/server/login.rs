@@ -24,7 +24,11 @@ use crate::tls::connect::{ServerTls, TlsError};
 /// Everything needed to open one server connection for a pool.
 #[derive(Debug, Clone)]
 pub struct ServerTarget {
+    /// The address of the attempt under way: the entry's first host until `connect`
+    /// picks one of `hosts`.
     pub addr: ServerAddr,
+    /// All the entry's hosts and how to choose among them.
+    pub hosts: std::sync::Arc<super::hosts::HostSet>,
     pub user: String,
     pub database: String,
     /// The password or stored secret to answer the server's challenge with.
@@ -72,15 +76,24 @@ impl ConnectError {
     }
 }
 
-/// Connects and logs in within the target's connect timeout.
+/// Connects and logs in to one of the target's hosts (see `hosts`), each attempt within
+/// the connect timeout.
 pub async fn connect(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
 ) -> Result<ServerConn, ConnectError> {
-    match crate::timers::timeout(target.connect_timeout, connect_inner(target, scram_keys)).await {
-        Ok(r) => r,
-        Err(_) => Err(ConnectError::Timeout),
-    }
+    super::hosts::connect(&target.hosts, target.connect_timeout, |addr| {
+        let mut one = target.clone();
+        one.addr = addr.clone();
+        let keys = scram_keys.clone();
+        async move {
+            match crate::timers::timeout(one.connect_timeout, connect_inner(&one, keys)).await {
+                Ok(r) => r,
+                Err(_) => Err(ConnectError::Timeout),
+            }
+        }
+    })
+    .await
 }
 
 async fn open(addr: &ServerAddr, tcp: &crate::tcp_options::TcpOptions) -> io::Result<Stream> {

@@ -531,6 +531,98 @@ impl PgServer {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    /// A streaming replica of `primary` (which must be running): `pg_basebackup -R` into a
+    /// data directory of its own, started on its own free port, returned once it is in
+    /// recovery and streaming. The template cluster already has what that needs
+    /// (`wal_level = replica`, wal senders, and initdb's trust lines for replication).
+    /// Stopped and removed on drop, like any PgServer.
+    pub fn replica_of(primary: &PgServer) -> PgServer {
+        let dir = tempfile::Builder::new()
+            .prefix("weir-pg-replica-")
+            .tempdir()
+            .expect("tempdir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        chown_r(dir.path());
+        let data = dir.path().join("data");
+        let out = run_with_timeout(
+            pg_command(&bindir().join("pg_basebackup"))
+                .arg("-h")
+                .arg(primary.socket_dir())
+                .arg("-p")
+                .arg(primary.port().to_string())
+                .args(["-U", "postgres", "-R", "-X", "stream", "-c", "fast", "-D"])
+                .arg(&data),
+            None,
+            Duration::from_secs(120),
+        );
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The copied configuration names the primary's socket directory: the replica gets
+        // its own (a later line wins).
+        let mut conf = fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        use std::io::Write;
+        writeln!(
+            conf,
+            "\n# weir test harness: replica\nunix_socket_directories = '{}'\nhot_standby = on",
+            dir.path().display()
+        )
+        .unwrap();
+        drop(conf);
+        chown_r(dir.path());
+        let mut pg = PgServer {
+            dir,
+            port: 0,
+            child: None,
+        };
+        pg.start_on_new_port();
+        let streaming = super::eventually(TIMEOUT, || {
+            pg.try_psql("select pg_is_in_recovery()::text || ',' || (select status from pg_stat_wal_receiver)")
+                .is_ok_and(|s| s.trim() == "true,streaming")
+        });
+        assert!(
+            streaming,
+            "the replica on port {} is not streaming",
+            pg.port
+        );
+        pg
+    }
+
+    /// `pg_ctl promote` and wait until the server is out of recovery.
+    pub fn promote(&self) {
+        let out = run_with_timeout(
+            pg_command(&bindir().join("pg_ctl"))
+                .arg("promote")
+                .arg("-w")
+                .arg("-D")
+                .arg(self.data_dir()),
+            None,
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ok = super::eventually(TIMEOUT, || {
+            self.try_psql("select pg_is_in_recovery()")
+                .is_ok_and(|s| s.trim() == "f")
+        });
+        assert!(ok, "server on port {} is still in recovery", self.port);
+    }
+
+    /// Whether the server is a standby (`pg_is_in_recovery()`).
+    pub fn in_recovery(&self) -> bool {
+        self.psql("select pg_is_in_recovery()").trim() == "t"
+    }
 }
 
 impl Drop for PgServer {

@@ -89,6 +89,7 @@ lookup_enum! {
         ReadOnly = "read-only",
         Primary = "primary",
         Standby = "standby",
+        PreferStandby = "prefer-standby",
     }
 }
 

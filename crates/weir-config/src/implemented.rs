@@ -109,6 +109,7 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "datestyle",
     "dbname",
     "host",
+    "load_balance_hosts",
     "max_db_client_connections",
     "max_db_connections",
     "min_pool_size",
@@ -119,6 +120,7 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "reserve_pool",
     "reserve_pool_size",
     "server_lifetime",
+    "target_session_attrs",
     "timezone",
     "user",
 ];
@@ -138,12 +140,7 @@ pub const IMPLEMENTED_USER_PARAMS: &[&str] = &[
 
 /// `[databases]` parameters the parser accepts (PgBouncer documents them) but Weir does
 /// not act on yet.
-pub const UNIMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
-    "application_name",
-    "load_balance_hosts",
-    "query_wait_timeout",
-    "target_session_attrs",
-];
+pub const UNIMPLEMENTED_DATABASE_PARAMS: &[&str] = &["application_name", "query_wait_timeout"];
 
 /// `[users]` parameters the parser accepts but Weir does not act on yet.
 pub const UNIMPLEMENTED_USER_PARAMS: &[&str] = &["query_wait_timeout"];

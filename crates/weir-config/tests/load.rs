@@ -359,8 +359,8 @@ fn notices_for_unimplemented_settings() {
          track_extra_parameters = IntervalStyle\n\
          track_extra_parameters = search_path\n\
          [databases]\n\
-         a = host=x load_balance_hosts=disable pool_size=5\n\
-         b = host=y min_pool_size=2 target_session_attrs=read-write\n\
+         a = host=x application_name=app pool_size=5\n\
+         b = host=y min_pool_size=2 query_wait_timeout=3 target_session_attrs=read-write\n\
          [users]\n\
          u = pool_mode=session query_wait_timeout=5\n\
          [peers]\n\
@@ -379,8 +379,8 @@ fn notices_for_unimplemented_settings() {
         short,
         vec![
             ":8: option track_extra_parameters is not implemented yet and is ignored",
-            ":10: [databases] parameter load_balance_hosts is not implemented yet and is ignored",
-            ":11: [databases] parameter target_session_attrs is not implemented yet and is ignored",
+            ":10: [databases] parameter application_name is not implemented yet and is ignored",
+            ":11: [databases] parameter query_wait_timeout is not implemented yet and is ignored",
             ":13: [users] parameter query_wait_timeout is not implemented yet and is ignored",
             ":15: section [peers] is not implemented yet and is ignored",
         ]

@@ -1,0 +1,444 @@
+//! Several hosts per database entry (`host=a,b,c`): which one a new server connection
+//! goes to (`load_balance_hosts`), whether a host that accepted the login will do
+//! (`target_session_attrs`), and what Weir last saw of each host (SHOW HOSTS).
+//!
+//! The state is kept per database entry name, shared by all its pools, and survives
+//! reloads that leave the entry's hosts and policies as they were.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use weir_config::{LoadBalanceHosts, TargetSessionAttrs};
+
+use super::{ConnectError, ServerAddr, ServerConn};
+use crate::protocol::PgError;
+use crate::registry::now_micros;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Unknown,
+    Primary,
+    Standby,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Unknown => "unknown",
+            Role::Primary => "primary",
+            Role::Standby => "standby",
+        }
+    }
+}
+
+/// What a host turned out to be after a login: its role, and whether its sessions are
+/// read-only (a standby, or `default_transaction_read_only=on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    pub role: Role,
+    pub read_only: bool,
+}
+
+/// Whether a session fits `target_session_attrs`, as libpq decides it. prefer-standby
+/// asks for a standby here; the fallback to any host is the caller's.
+pub fn fits(attrs: TargetSessionAttrs, s: Session) -> bool {
+    match attrs {
+        TargetSessionAttrs::Any => true,
+        TargetSessionAttrs::ReadWrite => !s.read_only,
+        TargetSessionAttrs::ReadOnly => s.read_only,
+        TargetSessionAttrs::Primary => s.role == Role::Primary,
+        TargetSessionAttrs::Standby | TargetSessionAttrs::PreferStandby => s.role == Role::Standby,
+    }
+}
+
+const STATE_UNKNOWN: u8 = 0;
+const STATE_UP: u8 = 1;
+const STATE_DOWN: u8 = 2;
+
+#[derive(Debug)]
+pub struct Host {
+    pub addr: ServerAddr,
+    role: AtomicU8,
+    state: AtomicU8,
+    /// The last failure (connect, login, or not fitting), with its time in µs since the
+    /// epoch; kept after the host recovers, for SHOW HOSTS.
+    last_error: Mutex<Option<(u64, String)>>,
+}
+
+impl Host {
+    fn new(addr: ServerAddr) -> Host {
+        Host {
+            addr,
+            role: AtomicU8::new(Role::Unknown as u8),
+            state: AtomicU8::new(STATE_UNKNOWN),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Relaxed) {
+            1 => Role::Primary,
+            2 => Role::Standby,
+            _ => Role::Unknown,
+        }
+    }
+
+    /// "up", "down", or "unknown" before the first connection.
+    pub fn state(&self) -> &'static str {
+        match self.state.load(Ordering::Relaxed) {
+            STATE_UP => "up",
+            STATE_DOWN => "down",
+            _ => "unknown",
+        }
+    }
+
+    pub fn last_error(&self) -> Option<(u64, String)> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_error(&self, text: String) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some((now_micros(), text));
+    }
+
+    fn logged_in(&self, role: Role) {
+        self.state.store(STATE_UP, Ordering::Relaxed);
+        if role != Role::Unknown {
+            self.role.store(role as u8, Ordering::Relaxed);
+        }
+    }
+
+    /// A host that could not be reached is down; one that answered with an error (a
+    /// refused login) is up, and the error is remembered.
+    fn failed(&self, e: &ConnectError) {
+        let reached = matches!(e, ConnectError::Server(_) | ConnectError::Auth(_));
+        self.state.store(
+            if reached { STATE_UP } else { STATE_DOWN },
+            Ordering::Relaxed,
+        );
+        self.set_error(e.to_string());
+    }
+}
+
+#[derive(Debug)]
+pub struct HostSet {
+    /// The database entry's name.
+    pub name: Arc<str>,
+    pub hosts: Vec<Host>,
+    pub balance: LoadBalanceHosts,
+    pub attrs: TargetSessionAttrs,
+    /// round-robin: where the next connection starts; disable: the host in use.
+    next: AtomicUsize,
+}
+
+impl HostSet {
+    fn new(
+        name: &str,
+        addrs: Vec<ServerAddr>,
+        balance: LoadBalanceHosts,
+        attrs: TargetSessionAttrs,
+    ) -> Self {
+        HostSet {
+            name: name.into(),
+            hosts: addrs.into_iter().map(Host::new).collect(),
+            balance,
+            attrs,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn same_config(
+        &self,
+        addrs: &[ServerAddr],
+        b: LoadBalanceHosts,
+        a: TargetSessionAttrs,
+    ) -> bool {
+        self.balance == b
+            && self.attrs == a
+            && self.hosts.len() == addrs.len()
+            && self.hosts.iter().zip(addrs).all(|(h, a)| &h.addr == a)
+    }
+
+    /// Whether two sets send connections to the same places in the same way.
+    pub fn same_as(&self, other: &HostSet) -> bool {
+        let addrs: Vec<ServerAddr> = other.hosts.iter().map(|h| h.addr.clone()).collect();
+        self.same_config(&addrs, other.balance, other.attrs)
+    }
+
+    /// The hosts to try for one new connection, in order. round-robin starts each
+    /// connection one host further; disable (PgBouncer's semantics) stays on the host in
+    /// use until it fails, then moves on.
+    fn order(&self) -> Vec<usize> {
+        let n = self.hosts.len();
+        let start = match self.balance {
+            LoadBalanceHosts::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed),
+            LoadBalanceHosts::Disable => self.next.load(Ordering::Relaxed),
+        } % n.max(1);
+        (0..n).map(|i| (start + i) % n).collect()
+    }
+
+    /// disable: the host that just worked is the one to stay on.
+    fn settle(&self, index: usize) {
+        if self.balance == LoadBalanceHosts::Disable {
+            self.next.store(index, Ordering::Relaxed);
+        }
+    }
+}
+
+static SETS: LazyLock<Mutex<HashMap<String, Arc<HostSet>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn sets() -> std::sync::MutexGuard<'static, HashMap<String, Arc<HostSet>>> {
+    SETS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The host set of a database entry: the one already known when its hosts and policies
+/// are unchanged (so that the rotation and what SHOW HOSTS knows carry over), else a new one.
+pub fn for_database(
+    name: &str,
+    addrs: Vec<ServerAddr>,
+    balance: LoadBalanceHosts,
+    attrs: TargetSessionAttrs,
+) -> Arc<HostSet> {
+    let mut sets = sets();
+    if let Some(s) = sets.get(name) {
+        if s.same_config(&addrs, balance, attrs) {
+            return s.clone();
+        }
+    }
+    let s = Arc::new(HostSet::new(name, addrs, balance, attrs));
+    sets.insert(name.to_owned(), s.clone());
+    s
+}
+
+/// Every known host set, by database name (SHOW HOSTS).
+pub fn all() -> Vec<(String, Arc<HostSet>)> {
+    let mut v: Vec<_> = sets().iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Forgets the host sets of database entries that are gone.
+pub fn retain(keep: impl Fn(&str) -> bool) {
+    sets().retain(|name, _| keep(name));
+}
+
+/// What the server said of itself at login: PostgreSQL 14+ reports `in_hot_standby` and
+/// `default_transaction_read_only`; older ones are asked.
+async fn session_of(
+    conn: &mut ServerConn,
+    timeout: std::time::Duration,
+) -> Result<Session, ConnectError> {
+    let flag = |v: &str| v.eq_ignore_ascii_case("on");
+    if let (Some(hs), Some(ro)) = (
+        conn.params.get("in_hot_standby"),
+        conn.params.get("default_transaction_read_only"),
+    ) {
+        let standby = flag(hs);
+        return Ok(Session {
+            role: if standby {
+                Role::Standby
+            } else {
+                Role::Primary
+            },
+            read_only: standby || flag(ro),
+        });
+    }
+    let mut rows = Vec::new();
+    conn.query_rows(
+        "SELECT pg_catalog.pg_is_in_recovery()::text, \
+         pg_catalog.current_setting('transaction_read_only')",
+        timeout,
+        Some(&mut rows),
+    )
+    .await?;
+    let row = rows
+        .first()
+        .ok_or(ConnectError::Protocol("no row for pg_is_in_recovery()"))?;
+    let standby = row.first().cloned().flatten().as_deref() == Some("true");
+    let ro = row.get(1).cloned().flatten().is_some_and(|v| flag(&v));
+    Ok(Session {
+        role: if standby {
+            Role::Standby
+        } else {
+            Role::Primary
+        },
+        read_only: standby || ro,
+    })
+}
+
+/// Role as reported without asking (for SHOW HOSTS when no attribute is asked for).
+fn reported_role(conn: &ServerConn) -> Role {
+    match conn.params.get("in_hot_standby") {
+        Some(v) if v.eq_ignore_ascii_case("on") => Role::Standby,
+        Some(_) => Role::Primary,
+        None => Role::Unknown,
+    }
+}
+
+/// Opens a server connection to the first host, in the set's order, that accepts the
+/// login and fits `target_session_attrs`. `attempt` opens one connection to one address.
+pub async fn connect<F, Fut>(
+    set: &HostSet,
+    timeout: std::time::Duration,
+    mut attempt: F,
+) -> Result<ServerConn, ConnectError>
+where
+    F: FnMut(&ServerAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<ServerConn, ConnectError>>,
+{
+    let mut last_error = None;
+    // prefer-standby: the first primary that accepted, kept in case no standby does.
+    let mut fallback: Option<(usize, ServerConn)> = None;
+    let mut unfit = Vec::new();
+    for i in set.order() {
+        let host = &set.hosts[i];
+        let mut conn = match attempt(&host.addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(addr = %host.addr, "server host failed: {e}");
+                host.failed(&e);
+                last_error = Some(e);
+                continue;
+            }
+        };
+        conn.info.0.set_entry(set.name.clone());
+        if set.attrs == TargetSessionAttrs::Any {
+            host.logged_in(reported_role(&conn));
+            set.settle(i);
+            return Ok(conn);
+        }
+        let session = match session_of(&mut conn, timeout).await {
+            Ok(s) => s,
+            Err(e) => {
+                host.failed(&e);
+                last_error = Some(e);
+                continue;
+            }
+        };
+        host.logged_in(session.role);
+        if fits(set.attrs, session) {
+            set.settle(i);
+            if let Some((_, spare)) = fallback {
+                tokio::spawn(spare.terminate());
+            }
+            return Ok(conn);
+        }
+        let what = match session.role {
+            Role::Standby => "server is in hot standby mode",
+            _ if session.read_only => "session is read-only",
+            _ => "server is not in hot standby mode",
+        };
+        host.set_error(format!(
+            "{what} (target_session_attrs={})",
+            set.attrs.as_str()
+        ));
+        unfit.push(host.addr.to_string());
+        if set.attrs == TargetSessionAttrs::PreferStandby && fallback.is_none() {
+            fallback = Some((i, conn));
+        } else {
+            tokio::spawn(conn.terminate());
+        }
+    }
+    if let Some((i, conn)) = fallback {
+        set.settle(i);
+        return Ok(conn);
+    }
+    if !unfit.is_empty() {
+        return Err(ConnectError::Server(PgError::fatal(
+            "08001",
+            format!(
+                "no server host fits target_session_attrs={} (tried {})",
+                set.attrs.as_str(),
+                unfit.join(", ")
+            ),
+        )));
+    }
+    Err(last_error.unwrap_or(ConnectError::Protocol("database entry has no host")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> ServerAddr {
+        ServerAddr::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn round_robin_rotates_and_disable_sticks() {
+        let rr = HostSet::new(
+            "rr",
+            vec![addr(1), addr(2), addr(3)],
+            LoadBalanceHosts::RoundRobin,
+            TargetSessionAttrs::Any,
+        );
+        assert_eq!(rr.order(), vec![0, 1, 2]);
+        assert_eq!(rr.order(), vec![1, 2, 0]);
+        assert_eq!(rr.order(), vec![2, 0, 1]);
+        let d = HostSet::new(
+            "d",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::Disable,
+            TargetSessionAttrs::Any,
+        );
+        assert_eq!(d.order(), vec![0, 1]);
+        assert_eq!(d.order(), vec![0, 1]);
+        d.settle(1);
+        assert_eq!(d.order(), vec![1, 0]);
+    }
+
+    #[test]
+    fn session_attrs_as_libpq() {
+        let primary = Session {
+            role: Role::Primary,
+            read_only: false,
+        };
+        let ro_primary = Session {
+            role: Role::Primary,
+            read_only: true,
+        };
+        let standby = Session {
+            role: Role::Standby,
+            read_only: true,
+        };
+        use TargetSessionAttrs::*;
+        assert!(fits(ReadWrite, primary) && !fits(ReadWrite, ro_primary));
+        assert!(!fits(ReadWrite, standby));
+        assert!(fits(ReadOnly, ro_primary) && fits(ReadOnly, standby));
+        assert!(fits(Primary, ro_primary) && !fits(Primary, standby));
+        assert!(fits(Standby, standby) && !fits(Standby, primary));
+        assert!(fits(PreferStandby, standby) && !fits(PreferStandby, primary));
+        assert!(fits(Any, standby));
+    }
+
+    #[test]
+    fn unchanged_entry_keeps_its_state() {
+        let a = for_database(
+            "unit-hosts",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::RoundRobin,
+            TargetSessionAttrs::Any,
+        );
+        let b = for_database(
+            "unit-hosts",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::RoundRobin,
+            TargetSessionAttrs::Any,
+        );
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = for_database(
+            "unit-hosts",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::Disable,
+            TargetSessionAttrs::Any,
+        );
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+}
