@@ -5,6 +5,7 @@ mod listen;
 pub mod login;
 pub mod park;
 mod prepare;
+pub(crate) use prepare::client_wants;
 mod relay;
 mod state;
 

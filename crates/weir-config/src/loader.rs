@@ -24,8 +24,17 @@ enum Section {
 }
 
 pub(crate) fn load(path: &Path) -> Result<Config, ConfigError> {
+    from_items(ini::read(path)?, path)
+}
+
+/// As `load`, from the text of a file that includes none (see `ini::read_str`).
+pub(crate) fn load_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    from_items(ini::read_str(text, path)?, path)
+}
+
+fn from_items(items: Vec<(Location, Item)>, path: &Path) -> Result<Config, ConfigError> {
     let mut loader = Loader::default();
-    for (position, (location, item)) in ini::read(path)?.into_iter().enumerate() {
+    for (position, (location, item)) in items.into_iter().enumerate() {
         loader.item(position, &location, item)?;
     }
     if !loader.seen_general {
