@@ -148,6 +148,9 @@ SEEDS = {
         + bind("", "", [b"MyApp.X", b"1"]) + EXECUTE + SYNC,
         "sasl-initial": b"\x00" + sasl_initial("SCRAM-SHA-256", C1)
         + sasl_initial("SCRAM-SHA-256-PLUS", b"p=tls-server-end-point,,n=,r=abc"),
+        "listen-extended": b"\x00" + parse("", "LISTEN jobs") + bind("", "", [])
+        + describe(b"P", "") + EXECUTE + SYNC,
+        "listen-query": b"\x00" + query("  listen a; UNLISTEN \"B c\"; unlisten *"),
         "flush-terminate": b"\x00" + parse("s", "select 1") + FLUSH + msg(b"X", b""),
     },
     "backend_messages": {
@@ -162,6 +165,9 @@ SEEDS = {
         "error-reply": auth(0) + LOGIN_TAIL + msg(b"1", b"")
         + error([(b"S", "ERROR"), (b"C", "42P01"), (b"M", 'relation "t" does not exist'),
                  (b"P", "15"), (b"F", "parse_relation.c"), (b"L", "1449")]) + ready(),
+        "read-back-rows": auth(0) + LOGIN_TAIL + data_row([b"search_path", b"a, b"])
+        + data_row([b"", b"advisory lock,LISTEN"]) + data_row([b"work_mem", None])
+        + msg(b"C", cstr("SELECT 3")) + ready(),
         "stale-plan": auth(0) + LOGIN_TAIL + msg(b"1", b"") + msg(b"2", b"")
         + error([(b"S", "ERROR"), (b"C", "0A000"),
                  (b"M", "cached plan must not change result type")]) + ready(b"I"),

@@ -105,6 +105,9 @@ pub fn frontend_messages(data: &[u8]) {
     };
     let mut out = BytesMut::new();
     let _ = rewrite::answer_alone(stream, &mut p, &mut out);
+    if crate::client::may_listen(stream) {
+        let _ = crate::client::listen_request(stream);
+    }
     loop {
         let wants = |tag| {
             if peek {
@@ -244,7 +247,16 @@ fn server_message(tag: u8, body: &Bytes) {
             let _ = ParamSet::default().apply_status(body);
         }
         b'D' => {
-            let _ = crate::server::data_row(body);
+            // As a row of the settings read back after a transaction (client::state).
+            if let Some(row) = crate::server::data_row(body) {
+                let mut cols = row.into_iter();
+                if let (Some(Some(name)), Some(value)) = (cols.next(), cols.next()) {
+                    let _ = crate::gucs::pin_bits(value.as_deref().unwrap_or_default());
+                    let mut gucs = Gucs::default();
+                    gucs.put(&name, value.as_deref());
+                    let _ = crate::gucs::sync_sql(None, Some(&std::sync::Arc::new(gucs)));
+                }
+            }
             let _ = crate::auth_query::parse_row(body.clone());
         }
         _ => {}

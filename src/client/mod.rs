@@ -2,6 +2,7 @@
 
 mod auth_method;
 mod listen;
+pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
 pub mod park;
 mod prepare;
