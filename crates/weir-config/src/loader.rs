@@ -51,6 +51,8 @@ fn from_items(items: Vec<(Location, Item)>, path: &Path) -> Result<Config, Confi
 struct Loader {
     general: General,
     databases: Vec<(String, Database)>,
+    /// Where each name is in `databases`: a scan per entry made 40,000 entries take 5 s.
+    database_at: HashMap<String, usize>,
     fallback_database: Option<Database>,
     users: HashMap<String, User>,
     peers: Vec<(u32, Peer)>,
@@ -160,9 +162,11 @@ impl Loader {
         );
         if name == "*" {
             self.fallback_database = Some(db);
-        } else if let Some(entry) = self.databases.iter_mut().find(|(n, _)| n == name) {
-            entry.1 = db;
+        } else if let Some(&i) = self.database_at.get(name) {
+            self.databases[i].1 = db;
         } else {
+            self.database_at
+                .insert(name.to_owned(), self.databases.len());
             self.databases.push((name.to_owned(), db));
         }
         Ok(())
