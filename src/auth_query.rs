@@ -105,7 +105,7 @@ pub async fn lookup(
 }
 
 /// The second column (the secret) of a DataRow; NULL means no password.
-fn parse_row(mut body: bytes::Bytes) -> Option<String> {
+pub(crate) fn parse_row(mut body: bytes::Bytes) -> Option<String> {
     if body.remaining() < 2 || body.get_i16() < 2 {
         return None;
     }

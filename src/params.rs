@@ -20,6 +20,13 @@ pub fn tracked_name(name: &str) -> Option<&'static str> {
         .find(|t| t.eq_ignore_ascii_case(name))
 }
 
+/// Most parameters a server's ParameterStatus messages may add to a set. PostgreSQL
+/// reports about twenty (extensions can add a few); without a bound, a server sending
+/// distinct names without end grew the set, each one a linear search: 100,000 of them
+/// during a login took 27 s of a worker thread (found by the backend_messages fuzz
+/// target). Past the bound, new names are passed on but not recorded.
+pub const MAX_REPORTED: usize = 256;
+
 /// A small ordered map: a handful of entries, so a Vec beats hashing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParamSet(Vec<(String, String)>);
@@ -65,11 +72,15 @@ impl ParamSet {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
-    /// Parses a ParameterStatus body and records it; returns the name when it was well formed.
+    /// Parses a ParameterStatus body and records it (a new name only while the set holds
+    /// fewer than [`MAX_REPORTED`]); returns the name when it is a tracked one.
     pub fn apply_status(&mut self, body: &[u8]) -> Option<&'static str> {
         let mut parts = body.split(|b| *b == 0);
         let name = std::str::from_utf8(parts.next()?).ok()?;
         let value = std::str::from_utf8(parts.next()?).ok()?;
+        if self.0.len() >= MAX_REPORTED && self.get(name).is_none() {
+            return None;
+        }
         self.set(name, value);
         tracked_name(name)
     }
@@ -118,6 +129,25 @@ mod tests {
         assert_eq!(p.apply_status(b"server_version\x0015.1\0"), None);
         assert_eq!(p.get("server_version"), Some("15.1"));
         assert_eq!(p.apply_status(b"\xff\0x\0"), None);
+    }
+
+    #[test]
+    fn a_server_cannot_grow_the_set_without_bound() {
+        let mut p = ParamSet::default();
+        for i in 0..10_000 {
+            p.apply_status(format!("p{i}\0v\0").as_bytes());
+        }
+        assert_eq!(p.len(), MAX_REPORTED);
+        // Known names are still updated, tracked ones reported, when it is full.
+        assert_eq!(p.apply_status(b"p7\0w\0"), None);
+        assert_eq!(p.get("p7"), Some("w"));
+        let mut p = ParamSet::default();
+        p.set("TimeZone", "UTC");
+        for i in 0..10_000 {
+            p.apply_status(format!("p{i}\0v\0").as_bytes());
+        }
+        assert_eq!(p.apply_status(b"TimeZone\0Asia/Tokyo\0"), Some("TimeZone"));
+        assert_eq!(p.get("TimeZone"), Some("Asia/Tokyo"));
     }
 
     #[test]

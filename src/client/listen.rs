@@ -30,7 +30,7 @@ fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
 /// A request at the start of `buf` that only listens: a Query, or the unnamed
 /// Parse/Bind/[Describe portal]/Execute/Sync drivers send for one without parameters.
 /// Its operations, the reply a server would give, and its length.
-fn listen_request(buf: &[u8]) -> Option<(Vec<ListenOp>, BytesMut, usize)> {
+pub(crate) fn listen_request(buf: &[u8]) -> Option<(Vec<ListenOp>, BytesMut, usize)> {
     let (tag, body, rest) = message(buf)?;
     let mut reply = BytesMut::new();
     let tagged = |reply: &mut BytesMut, ops: &[ListenOp]| {
@@ -91,7 +91,7 @@ fn listen_request(buf: &[u8]) -> Option<(Vec<ListenOp>, BytesMut, usize)> {
 }
 
 /// The cheap check first: does the request's text start with LISTEN or UNLISTEN?
-fn may_listen(buf: &[u8]) -> bool {
+pub(crate) fn may_listen(buf: &[u8]) -> bool {
     let text = match buf.first() {
         Some(b'Q') => buf.get(HEADER_LEN..),
         // The unnamed statement's text follows its empty name.

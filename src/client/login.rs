@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use weir_auth::scram::{Credential, ServerSession, MECHANISM, MECHANISM_PLUS};
 use weir_auth::Secret;
@@ -59,7 +59,12 @@ pub struct AdminLogin {
 
 /// A startup parameter or an `options` setting: a reported one is tracked as such, the
 /// others join the client's settings.
-fn startup_setting(requested: &mut ParamSet, settings: &mut Gucs, name: &str, value: &str) {
+pub(crate) fn startup_setting(
+    requested: &mut ParamSet,
+    settings: &mut Gucs,
+    name: &str,
+    value: &str,
+) {
     match tracked_name(name) {
         Some(tracked) => requested.set(tracked, value),
         None => settings.put(&name.to_ascii_lowercase(), Some(value)),
@@ -554,6 +559,32 @@ async fn authenticate(
     Ok(keys)
 }
 
+/// A SASLInitialResponse body: the client-first-message, checked against the mechanism
+/// the client chose (`plus`: SCRAM-SHA-256-PLUS was offered).
+pub fn sasl_initial_response(body: &[u8], plus: bool) -> Result<&[u8], PgError> {
+    let malformed = || PgError::fatal("08P01", "malformed SCRAM message");
+    let nul = body.iter().position(|b| *b == 0).ok_or_else(malformed)?;
+    let chosen = &body[..nul];
+    if chosen != MECHANISM.as_bytes() && !(plus && chosen == MECHANISM_PLUS.as_bytes()) {
+        return Err(PgError::fatal(
+            "28000",
+            "client selected an invalid SASL authentication mechanism",
+        ));
+    }
+    let chose_plus = chosen == MECHANISM_PLUS.as_bytes();
+    let rest = &body[nul + 1..];
+    let (len, data) = rest.split_at_checked(4).ok_or_else(malformed)?;
+    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+    if len < 0 || len as usize != data.len() {
+        return Err(malformed());
+    }
+    // The mechanism and the gs2 header must agree: PLUS binds ('p'), plain SCRAM does not.
+    if chose_plus != data.first().is_some_and(|&b| b == b'p') {
+        return Err(malformed());
+    }
+    Ok(data)
+}
+
 async fn scram_exchange(
     stream: &mut Stream,
     buf: &mut BytesMut,
@@ -574,29 +605,9 @@ async fn scram_exchange(
     }
     send(stream, &out).await?;
 
-    let mut initial = read_password(stream, buf).await?;
-    let nul = initial.iter().position(|b| *b == 0).ok_or_else(malformed)?;
-    let chosen = &initial[..nul];
-    if chosen != MECHANISM.as_bytes() && !(plus && chosen == MECHANISM_PLUS.as_bytes()) {
-        return Err(PgError::fatal(
-            "28000",
-            "client selected an invalid SASL authentication mechanism",
-        ));
-    }
-    let chose_plus = chosen == MECHANISM_PLUS.as_bytes();
-    initial.advance(nul + 1);
-    if initial.len() < 4 {
-        return Err(malformed());
-    }
-    let len = initial.get_i32();
-    if len < 0 || len as usize != initial.len() {
-        return Err(malformed());
-    }
-    // The mechanism and the gs2 header must agree: PLUS binds ('p'), plain SCRAM does not.
-    if chose_plus != initial.first().is_some_and(|&b| b == b'p') {
-        return Err(malformed());
-    }
-    let server_first = session.client_first(&initial).map_err(|e| match e {
+    let initial = read_password(stream, buf).await?;
+    let initial = sasl_initial_response(&initial, plus)?;
+    let server_first = session.client_first(initial).map_err(|e| match e {
         weir_auth::AuthError::ChannelBindingDowngrade => {
             PgError::fatal("08P01", "SCRAM channel binding negotiation error")
         }

@@ -2,9 +2,11 @@
 
 mod auth_method;
 mod listen;
+pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
 pub mod park;
 mod prepare;
+pub(crate) use prepare::client_wants;
 mod relay;
 mod state;
 

@@ -316,10 +316,10 @@ pub fn put_back(p: &mut ClientStatements) {
 
 /// The client's `name` now means `def`.
 fn repoint(p: &mut ClientStatements, name: &[u8], def: &Arc<Def>) {
-    if let Some(d) = p.names.get_mut(name) {
-        *d = def.clone();
+    if p.names.contains_key(name) {
+        p.names.insert(name.into(), def.clone());
     }
-    if p.names.values().filter(|d| d.id == def.id).count() > 1 {
+    if p.names.count(def.id) > 1 {
         p.aliased.insert(def.id);
     }
 }

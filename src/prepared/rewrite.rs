@@ -87,7 +87,7 @@ pub fn client_message(
             }
             let def = intern(rest);
             let name: Box<[u8]> = name.into();
-            if p.names.values().any(|d| d.id == def.id) {
+            if p.names.count(def.id) > 0 {
                 p.aliased.insert(def.id);
             }
             p.names.insert(name.clone(), def.clone());

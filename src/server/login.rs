@@ -76,6 +76,153 @@ impl ConnectError {
     }
 }
 
+/// The server's side of a login, sans I/O: each message it sends is a `step`, and the
+/// answers to send back are written to `out`. Apart so that what a server says is
+/// parsed (and fuzzed, see crate::fuzzing) without a socket.
+pub struct Login<'a> {
+    user: &'a str,
+    secret: Option<&'a Secret>,
+    scram_keys: Option<Credential>,
+    /// What SCRAM-SHA-256-PLUS would bind to: the server certificate's hash over TLS.
+    binding: Binding,
+    scram: Option<ClientSession>,
+    pub params: ParamSet,
+    pub key: Option<BackendKey>,
+}
+
+impl<'a> Login<'a> {
+    pub fn new(
+        user: &'a str,
+        secret: Option<&'a Secret>,
+        scram_keys: Option<Credential>,
+        binding: Binding,
+    ) -> Login<'a> {
+        Login {
+            user,
+            secret,
+            scram_keys,
+            binding,
+            scram: None,
+            params: ParamSet::default(),
+            key: None,
+        }
+    }
+
+    /// Takes one server message; true once it is ReadyForQuery (logged in).
+    pub fn step(
+        &mut self,
+        tag: u8,
+        mut body: bytes::Bytes,
+        out: &mut BytesMut,
+    ) -> Result<bool, ConnectError> {
+        match tag {
+            b'R' => {
+                if body.len() < 4 {
+                    return Err(ConnectError::Protocol("short authentication request"));
+                }
+                let code = body.get_u32();
+                match code {
+                    AUTH_OK => {}
+                    AUTH_CLEARTEXT => match self.secret {
+                        Some(Secret::Plain(p)) => {
+                            let mut data = p.as_bytes().to_vec();
+                            data.push(0);
+                            messages::password_message(out, &data);
+                        }
+                        _ => {
+                            return Err(ConnectError::Auth(
+                                "server asks for a cleartext password, and none is configured"
+                                    .into(),
+                            ))
+                        }
+                    },
+                    AUTH_MD5 => {
+                        if body.len() < 4 {
+                            return Err(ConnectError::Protocol("short md5 salt"));
+                        }
+                        let salt = [body[0], body[1], body[2], body[3]];
+                        let response = self
+                            .secret
+                            .and_then(|s| weir_auth::md5_response(self.user, s, salt))
+                            .ok_or_else(|| ConnectError::Auth("server asks for md5, and no password or md5 secret is configured".into()))?;
+                        let mut data = response.into_bytes();
+                        data.push(0);
+                        messages::password_message(out, &data);
+                    }
+                    AUTH_SASL => {
+                        let offered =
+                            |name: &str| body.split(|b| *b == 0).any(|m| m == name.as_bytes());
+                        let offers_scram = offered(MECHANISM);
+                        let plus =
+                            offered(MECHANISM_PLUS) && matches!(self.binding, Binding::EndPoint(_));
+                        if !offers_scram && !plus {
+                            return Err(ConnectError::Auth(
+                                "server offers no SASL mechanism Weir supports".into(),
+                            ));
+                        }
+                        let credential = match (self.secret, self.scram_keys.clone()) {
+                            (Some(Secret::Plain(p)), _) => Credential::Password(p.clone()),
+                            (_, Some(keys)) => keys,
+                            _ => return Err(ConnectError::Auth("server asks for SCRAM, and neither a password nor the client's SCRAM keys are available".into())),
+                        };
+                        let binding = match &self.binding {
+                            Binding::EndPoint(_) if !plus => Binding::Unused,
+                            b => b.clone(),
+                        };
+                        let mut session = ClientSession::new(credential).with_binding(binding);
+                        let first = session.client_first();
+                        tracing::debug!("SCRAM login as {}", session.mechanism());
+                        messages::sasl_initial_response(out, session.mechanism(), &first);
+                        self.scram = Some(session);
+                    }
+                    AUTH_SASL_CONTINUE => {
+                        let session = self
+                            .scram
+                            .as_mut()
+                            .ok_or(ConnectError::Protocol("SASL continue without SASL"))?;
+                        let reply = session
+                            .server_first(&body)
+                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
+                        messages::password_message(out, &reply);
+                    }
+                    AUTH_SASL_FINAL => {
+                        let session = self
+                            .scram
+                            .as_mut()
+                            .ok_or(ConnectError::Protocol("SASL final without SASL"))?;
+                        session
+                            .server_final(&body)
+                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
+                    }
+                    _ => {
+                        return Err(ConnectError::Auth(format!(
+                            "unsupported authentication method {code}"
+                        )))
+                    }
+                }
+            }
+            b'E' => return Err(ConnectError::Server(PgError::parse(&body))),
+            b'S' => {
+                self.params.apply_status(&body);
+            }
+            b'K' => {
+                if body.len() < 8 {
+                    return Err(ConnectError::Protocol("short BackendKeyData"));
+                }
+                self.key = Some(BackendKey {
+                    pid: body.get_u32(),
+                    secret: body.get_u32(),
+                });
+            }
+            b'Z' => return Ok(true),
+            b'N' => {}
+            b'v' => {}
+            _ => return Err(ConnectError::Protocol("unexpected message during login")),
+        }
+        Ok(false)
+    }
+}
+
 /// Connects and logs in to one of the target's hosts (see `hosts`), each attempt within
 /// the connect timeout.
 pub async fn connect(
@@ -174,120 +321,23 @@ async fn attempt(
 
     let mut buf = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();
-    let mut scram: Option<ClientSession> = None;
-    let mut server_params = ParamSet::default();
-    let mut key = None;
+    let mut login = Login::new(&target.user, target.secret.as_ref(), scram_keys, binding);
     loop {
         let msg = read_message(&mut stream, &mut buf, 1 << 20).await?;
-        let mut body = msg.body;
-        match msg.tag {
-            b'R' => {
-                if body.len() < 4 {
-                    return Err(ConnectError::Protocol("short authentication request"));
-                }
-                let code = body.get_u32();
-                out.clear();
-                match code {
-                    AUTH_OK => {}
-                    AUTH_CLEARTEXT => match &target.secret {
-                        Some(Secret::Plain(p)) => {
-                            let mut data = p.as_bytes().to_vec();
-                            data.push(0);
-                            messages::password_message(&mut out, &data);
-                        }
-                        _ => {
-                            return Err(ConnectError::Auth(
-                                "server asks for a cleartext password, and none is configured"
-                                    .into(),
-                            ))
-                        }
-                    },
-                    AUTH_MD5 => {
-                        if body.len() < 4 {
-                            return Err(ConnectError::Protocol("short md5 salt"));
-                        }
-                        let salt = [body[0], body[1], body[2], body[3]];
-                        let response = target
-                            .secret
-                            .as_ref()
-                            .and_then(|s| weir_auth::md5_response(&target.user, s, salt))
-                            .ok_or_else(|| ConnectError::Auth("server asks for md5, and no password or md5 secret is configured".into()))?;
-                        let mut data = response.into_bytes();
-                        data.push(0);
-                        messages::password_message(&mut out, &data);
-                    }
-                    AUTH_SASL => {
-                        let offered =
-                            |name: &str| body.split(|b| *b == 0).any(|m| m == name.as_bytes());
-                        let offers_scram = offered(MECHANISM);
-                        let plus =
-                            offered(MECHANISM_PLUS) && matches!(binding, Binding::EndPoint(_));
-                        if !offers_scram && !plus {
-                            return Err(ConnectError::Auth(
-                                "server offers no SASL mechanism Weir supports".into(),
-                            ));
-                        }
-                        let credential = match (&target.secret, scram_keys.clone()) {
-                            (Some(Secret::Plain(p)), _) => Credential::Password(p.clone()),
-                            (_, Some(keys)) => keys,
-                            _ => return Err(ConnectError::Auth("server asks for SCRAM, and neither a password nor the client's SCRAM keys are available".into())),
-                        };
-                        let binding = match &binding {
-                            Binding::EndPoint(_) if !plus => Binding::Unused,
-                            b => b.clone(),
-                        };
-                        let mut session = ClientSession::new(credential).with_binding(binding);
-                        let first = session.client_first();
-                        tracing::debug!(addr = %target.addr, "SCRAM login as {}", session.mechanism());
-                        messages::sasl_initial_response(&mut out, session.mechanism(), &first);
-                        scram = Some(session);
-                    }
-                    AUTH_SASL_CONTINUE => {
-                        let session = scram
-                            .as_mut()
-                            .ok_or(ConnectError::Protocol("SASL continue without SASL"))?;
-                        let reply = session
-                            .server_first(&body)
-                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
-                        messages::password_message(&mut out, &reply);
-                    }
-                    AUTH_SASL_FINAL => {
-                        let session = scram
-                            .as_mut()
-                            .ok_or(ConnectError::Protocol("SASL final without SASL"))?;
-                        session
-                            .server_final(&body)
-                            .map_err(|e| ConnectError::Auth(e.to_string()))?;
-                    }
-                    _ => {
-                        return Err(ConnectError::Auth(format!(
-                            "unsupported authentication method {code}"
-                        )))
-                    }
-                }
-                if !out.is_empty() {
-                    stream.write_all(&out).await?;
-                }
-            }
-            b'E' => return Err(ConnectError::Server(PgError::parse(&body))),
-            b'S' => {
-                server_params.apply_status(&body);
-            }
-            b'K' => {
-                if body.len() < 8 {
-                    return Err(ConnectError::Protocol("short BackendKeyData"));
-                }
-                key = Some(BackendKey {
-                    pid: body.get_u32(),
-                    secret: body.get_u32(),
-                });
-            }
-            b'Z' => break,
-            b'N' => {}
-            b'v' => {}
-            _ => return Err(ConnectError::Protocol("unexpected message during login")),
+        out.clear();
+        let done = login.step(msg.tag, msg.body, &mut out)?;
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+        }
+        if done {
+            break;
         }
     }
+    let Login {
+        params: server_params,
+        key,
+        ..
+    } = login;
     let now = Instant::now();
     let key = key.unwrap_or(BackendKey { pid: 0, secret: 0 });
     info.0.set_logged_in(key.pid);

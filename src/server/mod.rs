@@ -21,7 +21,7 @@ use crate::protocol::{messages, PgError};
 use crate::registry::servers::ServerHandle;
 use crate::stream::Stream;
 
-pub use login::{connect, ConnectError, ServerTarget};
+pub use login::{connect, ConnectError, Login, ServerTarget};
 pub use weir_auth::scram::Credential as ScramCredential;
 
 /// Where a server listens.
@@ -233,7 +233,7 @@ impl ServerConn {
 }
 
 /// The text columns of a DataRow, NULL as None.
-fn data_row(body: &[u8]) -> Option<Vec<Option<String>>> {
+pub(crate) fn data_row(body: &[u8]) -> Option<Vec<Option<String>>> {
     let mut at = body;
     let n = u16::from_be_bytes(at.get(..2)?.try_into().ok()?);
     at = &at[2..];

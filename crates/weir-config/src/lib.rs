@@ -72,3 +72,15 @@ impl Config {
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     loader::load(path)
 }
+
+/// Parses the text of a pgbouncer.ini (`path` only names it in errors). `%include` is an
+/// error here: no file is opened, so any text is safe to give it (the fuzz targets do).
+pub fn load_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    loader::load_str(text, path)
+}
+
+/// A connection string's `key=value` pairs, as a `[databases]` entry is read (fuzzing).
+#[doc(hidden)]
+pub fn split_connstr(s: &str) -> Result<Vec<(String, String)>, String> {
+    connstr::split_pairs(s)
+}

@@ -78,8 +78,10 @@ impl ClientSession {
         ClientSession::with_nonce(credential, "", keys::new_nonce())
     }
 
-    /// Fixed user and nonce, to replay published exchanges in tests.
-    pub(crate) fn with_nonce(credential: Credential, user: &str, nonce: String) -> ClientSession {
+    /// Fixed user and nonce, to replay published exchanges (tests, fuzzing). Never for
+    /// a real login.
+    #[doc(hidden)]
+    pub fn with_nonce(credential: Credential, user: &str, nonce: String) -> ClientSession {
         ClientSession {
             credential,
             nonce,

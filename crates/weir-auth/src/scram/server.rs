@@ -16,7 +16,8 @@ pub struct ServerSession {
     /// tls-server-end-point data (RFC 5929) of the TLS connection the exchange runs on:
     /// SCRAM-SHA-256-PLUS was offered, and a client that binds must bind to this.
     binding: Option<Vec<u8>>,
-    #[cfg(test)]
+    /// Tests and fuzzing only (`with_nonce`): a random nonce would stop a replayed
+    /// client-final-message at the nonce check.
     fixed_nonce: Option<String>,
 }
 
@@ -151,7 +152,6 @@ impl ServerSession {
             secret,
             state: State::Initial,
             binding: None,
-            #[cfg(test)]
             fixed_nonce: None,
         }
     }
@@ -164,8 +164,10 @@ impl ServerSession {
         self
     }
 
-    #[cfg(test)]
-    pub(crate) fn with_nonce(secret: ScramSecret, server_nonce: &str) -> ServerSession {
+    /// Fixed server nonce, to replay published exchanges (tests, fuzzing). Never for a
+    /// real login: the nonce is what makes a recorded exchange useless to replay.
+    #[doc(hidden)]
+    pub fn with_nonce(secret: ScramSecret, server_nonce: &str) -> ServerSession {
         ServerSession {
             fixed_nonce: Some(server_nonce.to_owned()),
             ..ServerSession::from_scram(secret)
@@ -173,7 +175,6 @@ impl ServerSession {
     }
 
     fn server_nonce(&self) -> String {
-        #[cfg(test)]
         if let Some(nonce) = &self.fixed_nonce {
             return nonce.clone();
         }

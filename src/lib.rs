@@ -1,0 +1,262 @@
+//! Weir: a multi-threaded PostgreSQL connection pooler, a drop-in replacement for PgBouncer.
+//!
+//! A library only so that the fuzz targets (fuzz/, through [`fuzzing`]) reach the parsers;
+//! the program is src/main.rs, and everything else stays private.
+
+mod admin;
+mod app;
+mod auth_query;
+mod bufpool;
+mod cancel;
+mod cli;
+mod client;
+mod conn_log;
+mod fd_limit;
+pub mod fuzzing;
+mod gucs;
+mod listen;
+mod listener;
+mod logging;
+mod metrics_http;
+mod params;
+mod pool;
+mod prepared;
+mod protocol;
+mod registry;
+mod server;
+mod sql;
+mod stats;
+mod stream;
+mod tcp_options;
+mod timers;
+mod tls;
+mod workers;
+
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+
+use app::{App, Snapshot};
+
+/// The whole program after the allocator is set up: what `main` returns.
+pub fn run() -> ExitCode {
+    let args = cli::Args::parse();
+    let snap = match Snapshot::load(&args.config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let g = &snap.config.general;
+    if args.daemon && g.logfile.is_none() && !g.syslog {
+        eprintln!("weir: in daemon mode logfile or syslog must be set");
+        return ExitCode::FAILURE;
+    }
+    if args.daemon && g.pidfile.is_none() {
+        // As PgBouncer: a daemon nobody can find is a daemon nobody can stop.
+        eprintln!("weir: daemon mode needs pidfile configured");
+        return ExitCode::FAILURE;
+    }
+    if let Some(pidfile) = &g.pidfile {
+        if let Err(e) = cli::check_pidfile(pidfile) {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let fds = fd_limit::raise(&snap.config);
+    // Bind before daemonizing so that a port in use is reported to the terminal.
+    let workers = match g.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+        n => n as usize,
+    };
+    let listeners = match listener::bind_all_std(g, workers) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let http = match metrics_http::bind(g) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.daemon {
+        if let Err(e) = cli::daemonize() {
+            eprintln!("weir: cannot daemonize: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let sinks = match logging::init(logging::LogOptions {
+        stderr: !args.quiet && !args.daemon,
+        logfile: g.logfile.clone(),
+        syslog: g
+            .syslog
+            .then(|| (g.syslog_ident.clone(), g.syslog_facility.clone())),
+        verbosity: args.verbose as u32 + g.verbose,
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: cannot open logfile: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let run_as = args.user.clone().or_else(|| g.user.clone());
+    if let Some(user) = run_as {
+        if let Err(e) = cli::switch_user(&user) {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    } else if unsafe_is_root() {
+        tracing::warn!("running as root: consider -u or the user option");
+    }
+    let pidfile = g.pidfile.clone();
+    if let Some(p) = &pidfile {
+        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+            tracing::error!("cannot write pidfile {}: {e}", p.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    for notice in &snap.config.notices {
+        tracing::warn!("{notice}");
+    }
+    if let Some(f) = fds {
+        tracing::info!(
+            "kernel file descriptor limit: {} (hard: {}); max_client_conn: {}, max expected fd use: {}",
+            f.soft,
+            f.hard,
+            g.max_client_conn,
+            f.expected
+        );
+        if f.soft < f.expected {
+            tracing::warn!(
+                "the file descriptor limit ({}) is below the expected use ({}): raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+                f.soft,
+                f.expected
+            );
+        }
+    }
+    // The main thread's runtime handles signals, the admin console's timers and the
+    // metrics endpoint; clients live on the worker threads (see `workers`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(args.config.clone(), snap, listeners, http, sinks));
+    if let Some(p) = &pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    // Open connections are not worth an orderly teardown once we are exiting, and the main
+    // runtime is not shut down at all: its time driver holds the workers' timers too
+    // (`timers`), and shutting it down would fail every one of them, as a panic on a worker
+    // still polling its clients while the process exits.
+    std::mem::forget(runtime);
+    code
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+async fn serve(
+    config_path: std::path::PathBuf,
+    snap: Snapshot,
+    listeners: Vec<Vec<listener::StdListener>>,
+    http: Option<std::net::TcpListener>,
+    sinks: logging::Sinks,
+) -> ExitCode {
+    let (Ok(mut hup), Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return ExitCode::FAILURE;
+    };
+    workers::set_main_runtime(tokio::runtime::Handle::current());
+    timers::set_home(tokio::runtime::Handle::current());
+    let app = App::new(config_path, snap);
+    app.open_forced_pools();
+    admin::start(&app);
+    tokio::spawn(async {
+        // Granularity of query_wait_notify and query_wait_timeout.
+        let mut tick = timers::interval(
+            Duration::from_millis(250),
+            timers::MissedTickBehavior::Burst,
+        );
+        loop {
+            tick.tick().await;
+            registry::clients::enforce_waits();
+        }
+    });
+    tokio::spawn(client::park::watch());
+    if let Some(l) = http {
+        if let Err(e) = metrics_http::start(&app, l) {
+            tracing::error!("cannot serve http_listen: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Err(e) = workers::start(&app, listeners) {
+        tracing::error!("cannot start worker threads: {e}");
+        return ExitCode::FAILURE;
+    }
+    tracing::info!(
+        "weir {} started, process {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                sinks.reopen();
+                let _ = admin::reload_config(&app);
+            }
+            mode = admin::shutdown_requested() => match mode {
+                // SHUTDOWN: exit now, as SIGTERM.
+                admin::control::ShutdownMode::Immediate => return ExitCode::SUCCESS,
+                // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
+                // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
+                _ => break,
+            },
+            _ = int.recv() => {
+                tracing::info!("got SIGINT, shutting down when transactions finish");
+                app.shutdown.cancel();
+                client::begin_shutdown();
+                break;
+            }
+            _ = term.recv() => {
+                tracing::info!("got SIGTERM, fast exit");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    // Safe shutdown: every client leaves as soon as it holds no server in a transaction.
+    loop {
+        let n = app.clients.load(Ordering::Relaxed);
+        if n == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = crate::timers::sleep(Duration::from_millis(50)) => {}
+            _ = term.recv() => {
+                tracing::info!("got SIGTERM during shutdown, fast exit");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    tracing::info!("shutdown complete");
+    ExitCode::SUCCESS
+}
