@@ -285,6 +285,11 @@ impl Pool {
 
     /// Keeps the SCRAM keys of a client that logged in, for connections opened with no
     /// client at hand (min_pool_size).
+    /// The SCRAM keys learnt from a client, for logins beside the pool's (host checks).
+    pub fn scram_keys(&self) -> Option<ScramCredential> {
+        self.lock().scram.clone()
+    }
+
     pub fn remember_scram(&self, keys: &ScramCredential) {
         self.lock().scram = Some(keys.clone());
     }

@@ -1,0 +1,173 @@
+//! Health checks of a database entry's hosts (host_check_interval, host_check_timeout,
+//! host_failure_threshold) against a real primary and streaming replica: SHOW HOSTS and
+//! /metrics follow a host going down and coming back, and a promotion.
+
+mod common;
+
+use std::time::Duration;
+
+use common::console::*;
+use common::http::http_get;
+use common::*;
+
+fn pair() -> (PgServer, PgServer) {
+    let primary = PgServer::start();
+    let replica = PgServer::replica_of(&primary);
+    assert!(replica.in_recovery() && !primary.in_recovery());
+    (primary, replica)
+}
+
+fn entry(ports: &[u16], extra: &str) -> String {
+    let hosts = vec!["127.0.0.1"; ports.len()].join(",");
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    format!(
+        "host={hosts} port={} dbname=postgres {extra}",
+        ports.join(",")
+    )
+}
+
+/// Weir with fast checks (every 200 ms, down after 2 failures) and /metrics on `http`.
+fn weir(http: u16, entries: &[(&str, String)]) -> Weir {
+    let mut b = Weir::builder()
+        .set("pool_mode", "transaction")
+        .set("admin_users", "postgres")
+        .set("server_connect_timeout", 2)
+        .set("server_login_retry", 0)
+        .set("host_check_interval", "0.2")
+        .set("host_check_timeout", 1)
+        .set("host_failure_threshold", 2)
+        .set("http_listen", format!("127.0.0.1:{http}"));
+    for (name, connstr) in entries {
+        b = b.database(name, connstr);
+    }
+    b.start()
+}
+
+fn client(weir: &Weir, db: &str) -> RawConn {
+    RawConn::startup(weir.port(), "postgres", db, &[])
+        .unwrap_or_else(|e| panic!("login to {db} failed: {e:?}\n{}", weir.log_tail()))
+}
+
+fn show_hosts(weir: &Weir) -> Res {
+    let mut admin = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    ok(&mut admin, "SHOW HOSTS")
+}
+
+fn host_col(res: &Res, db: &str, port: u16, name: &str) -> Option<String> {
+    let (d, p, c) = (res.col("database"), res.col("port"), res.col(name));
+    let rows: Vec<_> = res
+        .rows
+        .iter()
+        .filter(|r| r[d].as_deref() == Some(db) && r[p].as_deref() == Some(&port.to_string()))
+        .collect();
+    assert_eq!(rows.len(), 1, "one row for {db} port {port}: {res:#?}");
+    rows[0][c].clone()
+}
+
+/// The value of `name{database="db",host="127.0.0.1",port="port"}` in /metrics.
+fn host_metric(http: u16, name: &str, db: &str, port: u16) -> Option<f64> {
+    let body = http_get(http, "/metrics").ok()?.body;
+    let want = format!("{name}{{database=\"{db}\",host=\"127.0.0.1\",port=\"{port}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits until SHOW HOSTS says `value` in column `col` for the host, or panics.
+fn wait_for(weir: &Weir, db: &str, port: u16, col: &str, value: &str, within: Duration) {
+    let mut last = None;
+    let seen = eventually(within, || {
+        last = host_col(&show_hosts(weir), db, port, col);
+        last.as_deref() == Some(value)
+    });
+    assert!(
+        seen,
+        "{db} port {port}: {col} is {last:?}, not {value}, after {within:?}\n{:#?}\n{}",
+        show_hosts(weir),
+        weir.log_tail()
+    );
+}
+
+#[test]
+fn a_stopped_replica_goes_down_and_comes_back() {
+    let (primary, mut replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    let http = free_port();
+    let weir = weir(http, &[("d", entry(&[p, r], ""))]);
+    // The checks log in as the entry's pool does: a client makes the pool.
+    client(&weir, "d").query_one("select 1");
+
+    wait_for(&weir, "d", r, "role", "standby", Duration::from_secs(5));
+    wait_for(&weir, "d", p, "role", "primary", Duration::from_secs(5));
+    wait_for(&weir, "d", r, "state", "up", Duration::from_secs(5));
+    let res = show_hosts(&weir);
+    assert_eq!(host_col(&res, "d", p, "lag"), None, "a primary has no lag");
+    let lag: f64 = host_col(&res, "d", r, "lag")
+        .expect("the standby's lag")
+        .parse()
+        .unwrap();
+    assert!((0.0..5.0).contains(&lag), "lag {lag}");
+    assert_eq!(host_metric(http, "weir_host_up", "d", r), Some(1.0));
+    assert_eq!(host_metric(http, "weir_host_is_primary", "d", p), Some(1.0));
+    assert_eq!(host_metric(http, "weir_host_is_primary", "d", r), Some(0.0));
+    assert!(host_metric(http, "weir_host_replication_lag_seconds", "d", r).is_some());
+
+    // No client touches the replica: only the checks can see it go.
+    replica.stop();
+    wait_for(&weir, "d", r, "state", "down", Duration::from_secs(3));
+    let res = show_hosts(&weir);
+    assert_eq!(host_col(&res, "d", r, "in_rotation").as_deref(), Some("no"));
+    assert!(
+        host_col(&res, "d", r, "last_error").is_some_and(|e| e.contains("health check")),
+        "{res:#?}"
+    );
+    assert_eq!(host_col(&res, "d", p, "state").as_deref(), Some("up"));
+    assert_eq!(host_metric(http, "weir_host_up", "d", r), Some(0.0));
+    // Out of the rotation: round-robin sends every new server to the primary.
+    let mut clients: Vec<RawConn> = (0..4).map(|_| client(&weir, "d")).collect();
+    for c in &mut clients {
+        c.simple_query("begin").unwrap();
+        assert_eq!(c.query_one("select inet_server_port()"), p.to_string());
+    }
+    drop(clients);
+
+    replica.start_again();
+    // Backoff is at most 16 intervals (3.2 s) here.
+    wait_for(&weir, "d", r, "state", "up", Duration::from_secs(10));
+    assert_eq!(
+        host_col(&show_hosts(&weir), "d", r, "in_rotation").as_deref(),
+        Some("yes")
+    );
+    assert!(eventually(Duration::from_secs(2), || host_metric(
+        http,
+        "weir_host_up",
+        "d",
+        r
+    ) == Some(1.0)));
+}
+
+#[test]
+fn the_checks_see_a_promotion() {
+    let (mut primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    let http = free_port();
+    let weir = weir(
+        http,
+        &[("rw", entry(&[p, r], "target_session_attrs=read-write"))],
+    );
+    client(&weir, "rw").query_one("select 1");
+    wait_for(&weir, "rw", r, "role", "standby", Duration::from_secs(5));
+    primary.stop();
+    replica.promote();
+    // Nothing but the checks logs in to the replica here.
+    wait_for(&weir, "rw", r, "role", "primary", Duration::from_secs(5));
+    wait_for(&weir, "rw", p, "state", "down", Duration::from_secs(5));
+    assert_eq!(host_col(&show_hosts(&weir), "rw", r, "lag"), None);
+    assert!(eventually(Duration::from_secs(2), || host_metric(
+        http,
+        "weir_host_is_primary",
+        "rw",
+        r
+    ) == Some(1.0)));
+}
