@@ -171,3 +171,63 @@ fn the_checks_see_a_promotion() {
         r
     ) == Some(1.0)));
 }
+
+/// Failover in transaction mode: the primary stops, the replica is promoted, and idle
+/// clients carry on without reconnecting; a transaction that starts in between waits for
+/// the new primary; only the transaction in flight on the old primary fails.
+#[test]
+fn idle_clients_survive_a_failover() {
+    let (mut primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    primary.exec("create table failover(x int)");
+    let http = free_port();
+    let weir = weir(
+        http,
+        &[("rw", entry(&[p, r], "target_session_attrs=read-write"))],
+    );
+    let mut idle: Vec<RawConn> = (0..5).map(|_| client(&weir, "rw")).collect();
+    for c in &mut idle {
+        assert_eq!(c.query_one("select inet_server_port()"), p.to_string());
+    }
+    let mut in_flight = client(&weir, "rw");
+    in_flight.simple_query("begin").unwrap();
+    in_flight
+        .simple_query("insert into failover values (0)")
+        .unwrap();
+
+    primary.stop();
+    // A transaction that starts while no host is writable waits for one.
+    let mut waiting = idle.pop().unwrap();
+    let waiter = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let r = waiting.simple_query("insert into failover values (100)");
+        (r.map(|_| ()), started.elapsed(), waiting)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    replica.promote();
+
+    let (res, waited, waiting) = waiter.join().unwrap();
+    res.unwrap_or_else(|e| panic!("the waiting transaction failed: {e:?}\n{}", weir.log_tail()));
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    idle.push(waiting);
+    for (i, c) in idle.iter_mut().enumerate() {
+        c.simple_query(&format!("insert into failover values ({})", i + 1))
+            .unwrap_or_else(|e| {
+                panic!("idle client {i} after failover: {e:?}\n{}", weir.log_tail())
+            });
+        assert_eq!(c.query_one("select inet_server_port()"), r.to_string());
+    }
+    // The transaction in flight on the old primary is lost, as PostgreSQL says.
+    let err = in_flight
+        .simple_query("insert into failover values (-1)")
+        .expect_err("a transaction on the stopped primary went on");
+    assert!(err.code == "57P01" || err.code == "08006", "{err:?}");
+    // ... and the client goes on, on the new primary.
+    in_flight
+        .simple_query("insert into failover values (-2)")
+        .unwrap_or_else(|e| panic!("after the lost transaction: {e:?}\n{}", weir.log_tail()));
+    assert_eq!(
+        replica.psql("select count(*) from failover where x >= 1"),
+        "6"
+    );
+}
