@@ -154,16 +154,30 @@ fn the_checks_see_a_promotion() {
     let http = free_port();
     let weir = weir(
         http,
-        &[("rw", entry(&[p, r], "target_session_attrs=read-write"))],
+        &[
+            ("rw", entry(&[p, r], "target_session_attrs=read-write")),
+            ("stby", entry(&[p, r], "target_session_attrs=standby")),
+        ],
     );
     client(&weir, "rw").query_one("select 1");
+    // A server on the standby, idle in the standby pool.
+    let mut reader = client(&weir, "stby");
+    assert_eq!(reader.query_one("select inet_server_port()"), r.to_string());
     wait_for(&weir, "rw", r, "role", "standby", Duration::from_secs(5));
+    wait_for(&weir, "stby", r, "idle", "1", Duration::from_secs(5));
     primary.stop();
     replica.promote();
     // Nothing but the checks logs in to the replica here.
     wait_for(&weir, "rw", r, "role", "primary", Duration::from_secs(5));
     wait_for(&weir, "rw", p, "state", "down", Duration::from_secs(5));
     assert_eq!(host_col(&show_hosts(&weir), "rw", r, "lag"), None);
+    // The standby pool's idle server is on a primary now: closed, not lent again.
+    wait_for(&weir, "stby", r, "idle", "0", Duration::from_secs(5));
+    // (Health checks come and go; nothing else stays.)
+    assert!(eventually(Duration::from_secs(3), || replica
+        .count_backends_where("true")
+        == 0));
+    drop(reader);
     assert!(eventually(Duration::from_secs(2), || host_metric(
         http,
         "weir_host_is_primary",

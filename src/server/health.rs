@@ -9,9 +9,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::hosts::{HostSet, Role};
+use weir_config::TargetSessionAttrs;
+
+use super::hosts::{HostSet, Role, Session};
 use super::{ScramCredential, ServerTarget};
 use crate::app::App;
+use crate::pool::Pool;
 use crate::registry::now_micros;
 
 /// How often the scheduler looks for checks that are due.
@@ -79,12 +82,16 @@ fn schedule(app: &App) {
     for (_, set) in sets {
         // The checks log in as one of the entry's pools does; an entry no client has used
         // yet has no pool, and nothing to check for.
-        let Some((target, scram)) = pools.iter().find_map(|p| {
-            let s = p.settings();
-            Arc::ptr_eq(&s.target.hosts, &set).then(|| (s.target.clone(), p.scram_keys()))
-        }) else {
+        let mine: Vec<Arc<Pool>> = pools
+            .iter()
+            .filter(|p| Arc::ptr_eq(&p.settings().target.hosts, &set))
+            .cloned()
+            .collect();
+        let Some(first) = mine.first() else {
             continue;
         };
+        let (target, scram) = (first.settings().target.clone(), first.scram_keys());
+        let mine = Arc::new(mine);
         for i in 0..set.hosts.len() {
             let h = &set.hosts[i];
             if h.next_check_us.load(Ordering::Relaxed) > now
@@ -92,7 +99,14 @@ fn schedule(app: &App) {
             {
                 continue;
             }
-            tokio::spawn(check(set.clone(), i, target.clone(), scram.clone(), policy));
+            tokio::spawn(check(
+                set.clone(),
+                i,
+                mine.clone(),
+                target.clone(),
+                scram.clone(),
+                policy,
+            ));
         }
     }
 }
@@ -100,6 +114,7 @@ fn schedule(app: &App) {
 async fn check(
     set: Arc<HostSet>,
     index: usize,
+    pools: Arc<Vec<Arc<Pool>>>,
     target: ServerTarget,
     scram: Option<ScramCredential>,
     policy: Policy,
@@ -111,6 +126,7 @@ async fn check(
             let before = host.check_ok(role, lag);
             if before != role && before != Role::Unknown {
                 tracing::warn!(database = %set.name, addr = %host.addr, "host role changed from {} to {}", before.as_str(), role.as_str());
+                role_changed(&set, &host.addr, role, &pools);
             }
             policy.interval
         }
@@ -125,6 +141,27 @@ async fn check(
     let next = now_micros() + u64::try_from(delay.as_micros()).unwrap_or(u64::MAX / 2);
     host.next_check_us.store(next, Ordering::Relaxed);
     host.checking.store(false, Ordering::Release);
+}
+
+/// A host that was a standby is a primary now (or the other way round): idle servers
+/// there are closed if the new role does not fit target_session_attrs, so that they are
+/// not lent again (servers lent at the time finish their transaction first).
+fn role_changed(set: &HostSet, addr: &super::ServerAddr, role: Role, pools: &[Arc<Pool>]) {
+    let session = Session {
+        role,
+        read_only: role == Role::Standby,
+    };
+    if super::hosts::fits(set.attrs, session) || set.attrs == TargetSessionAttrs::PreferStandby {
+        return;
+    }
+    let reason = format!(
+        "host is now {} (target_session_attrs={})",
+        role.as_str(),
+        set.attrs.as_str()
+    );
+    for p in pools {
+        p.close_idle_at(addr, &reason);
+    }
 }
 
 async fn probe(
