@@ -322,3 +322,46 @@ fn failover_under_pgbench_load() {
         weir.log_tail()
     );
 }
+
+/// A check whose login is refused (here the role's password changed under the pool)
+/// learns nothing of the host's health: the host stays up and in the rotation.
+#[test]
+fn a_refused_check_login_does_not_take_the_host_down() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    pg.set_hba(&["host all srv 127.0.0.1/32 md5"]);
+    let port = pg.port();
+    let weir = weir(
+        free_port(),
+        &[(
+            "d",
+            entry(
+                &[port],
+                "target_session_attrs=read-write user=srv password=srvpw",
+            ),
+        )],
+    );
+    client(&weir, "d").query_one("select 1");
+    wait_for(&weir, "d", port, "role", "primary", Duration::from_secs(5));
+    pg.exec("alter role srv password 'changed'");
+    let mut last = None;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            last = host_col(&show_hosts(&weir), "d", port, "last_error");
+            last.as_deref().is_some_and(|e| e.contains("health check"))
+        }),
+        "{last:?}"
+    );
+    // Several intervals past the threshold.
+    std::thread::sleep(Duration::from_secs(1));
+    let res = show_hosts(&weir);
+    assert_eq!(
+        host_col(&res, "d", port, "state").as_deref(),
+        Some("up"),
+        "{res:#?}"
+    );
+    assert_eq!(
+        host_col(&res, "d", port, "in_rotation").as_deref(),
+        Some("yes")
+    );
+}

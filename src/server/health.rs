@@ -130,6 +130,12 @@ async fn check(
             }
             policy.interval
         }
+        // Refused credentials (say a pool whose password is learnt from its clients and
+        // not known yet): the host answered, so this says nothing of its health.
+        Err(e) if refused_login(&e) => {
+            host.check_refused(format!("health check: {e}"));
+            policy.interval
+        }
         Err(e) => {
             let fails = host.check_failed(format!("health check: {e}"), policy.threshold);
             if fails == policy.threshold.max(1) {
@@ -161,6 +167,14 @@ fn role_changed(set: &HostSet, addr: &super::ServerAddr, role: Role, pools: &[Ar
     );
     for p in pools {
         p.close_idle_at(addr, &reason);
+    }
+}
+
+fn refused_login(e: &super::ConnectError) -> bool {
+    match e {
+        super::ConnectError::Auth(_) => true,
+        super::ConnectError::Server(pg) => pg.code.starts_with("28"),
+        _ => false,
     }
 }
 

@@ -118,6 +118,12 @@ impl Host {
         before
     }
 
+    /// A check's login was refused: the host is there, but the check learnt nothing
+    /// else; the failures in a row are not counted.
+    pub(super) fn check_refused(&self, text: String) {
+        self.set_error(text);
+    }
+
     /// A check failed; after `threshold` in a row the host is down and out of the
     /// rotation. Returns the failures in a row so far.
     pub(super) fn check_failed(&self, text: String, threshold: u32) -> u32 {
