@@ -5,6 +5,7 @@
 //! backoff until a check succeeds. The checks run beside the pools: lending a server
 //! reads only the hosts' atomics.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,23 +71,31 @@ fn schedule(app: &App) {
     if policy.interval.is_zero() {
         return;
     }
+    let now = now_micros();
+    // Most ticks find nothing due: the pools are only gone through when something is.
     let sets: Vec<_> = super::hosts::all()
         .into_iter()
-        .filter(|(_, s)| s.needs_checks())
+        .filter(|(_, s)| {
+            s.needs_checks()
+                && s.hosts.iter().any(|h| {
+                    h.next_check_us.load(Ordering::Relaxed) <= now
+                        && !h.checking.load(Ordering::Relaxed)
+                })
+        })
         .collect();
     if sets.is_empty() {
         return;
     }
-    let now = now_micros();
-    let pools = app.all_pools();
+    // The pools of each host set, in one pass over the pools.
+    let mut by_set: HashMap<*const HostSet, Vec<Arc<Pool>>> = HashMap::new();
+    for p in app.all_pools() {
+        let key = Arc::as_ptr(&p.settings().target.hosts);
+        by_set.entry(key).or_default().push(p);
+    }
     for (_, set) in sets {
         // The checks log in as one of the entry's pools does; an entry no client has used
         // yet has no pool, and nothing to check for.
-        let mine: Vec<Arc<Pool>> = pools
-            .iter()
-            .filter(|p| Arc::ptr_eq(&p.settings().target.hosts, &set))
-            .cloned()
-            .collect();
+        let mine = by_set.remove(&Arc::as_ptr(&set)).unwrap_or_default();
         let Some(first) = mine.first() else {
             continue;
         };
