@@ -165,19 +165,26 @@ fn the_checks_see_a_promotion() {
     assert_eq!(reader.query_one("select inet_server_port()"), r.to_string());
     wait_for(&weir, "rw", r, "role", "standby", Duration::from_secs(5));
     wait_for(&weir, "stby", r, "idle", "1", Duration::from_secs(5));
+    // And one lent, in a transaction, through the promotion.
+    let mut holder = client(&weir, "stby");
+    holder.simple_query("begin").unwrap();
+    assert_eq!(holder.query_one("select inet_server_port()"), r.to_string());
     primary.stop();
     replica.promote();
     // Nothing but the checks logs in to the replica here.
     wait_for(&weir, "rw", r, "role", "primary", Duration::from_secs(5));
     wait_for(&weir, "rw", p, "state", "down", Duration::from_secs(5));
     assert_eq!(host_col(&show_hosts(&weir), "rw", r, "lag"), None);
-    // The standby pool's idle server is on a primary now: closed, not lent again.
+    // The standby pool's idle server is on a primary now: closed, not lent again; the
+    // one lent then is closed once it is given back.
+    holder.simple_query("commit").unwrap();
     wait_for(&weir, "stby", r, "idle", "0", Duration::from_secs(5));
+    wait_for(&weir, "stby", r, "active", "0", Duration::from_secs(5));
     // (Health checks come and go; nothing else stays.)
     assert!(eventually(Duration::from_secs(3), || replica
         .count_backends_where("true")
         == 0));
-    drop(reader);
+    drop((reader, holder));
     assert!(eventually(Duration::from_secs(2), || host_metric(
         http,
         "weir_host_is_primary",

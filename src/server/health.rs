@@ -21,12 +21,13 @@ use crate::registry::now_micros;
 /// How often the scheduler looks for checks that are due.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Role and lag in one round trip. The lag is zero while the standby has replayed all it
+/// Role, read-only-ness and lag in one round trip. The lag is zero while the standby has replayed all it
 /// received (an idle primary sends nothing, and now() - last replay would grow forever).
 const CHECK_SQL: &str = "SELECT pg_catalog.pg_is_in_recovery()::text, \
      CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN NULL \
      WHEN pg_catalog.pg_last_wal_receive_lsn() = pg_catalog.pg_last_wal_replay_lsn() THEN 0 \
-     ELSE extract(epoch FROM now() - pg_catalog.pg_last_xact_replay_timestamp()) END";
+     ELSE extract(epoch FROM now() - pg_catalog.pg_last_xact_replay_timestamp()) END, \
+     pg_catalog.current_setting('transaction_read_only')";
 
 #[derive(Debug, Clone, Copy)]
 struct Policy {
@@ -131,12 +132,13 @@ async fn check(
     let host = &set.hosts[index];
     let result = probe(&target, &host.addr, scram, policy.timeout).await;
     let delay = match result {
-        Ok((role, lag)) => {
+        Ok((session, lag)) => {
+            let role = session.role;
             let before = host.check_ok(role, lag);
             if before != role && before != Role::Unknown {
                 tracing::warn!(database = %set.name, addr = %host.addr, "host role changed from {} to {}", before.as_str(), role.as_str());
-                role_changed(&set, &host.addr, role, &pools);
             }
+            sweep(&set, &host.addr, session, &pools);
             policy.interval
         }
         // Refused credentials (say a pool whose password is learnt from its clients and
@@ -158,20 +160,17 @@ async fn check(
     host.checking.store(false, Ordering::Release);
 }
 
-/// A host that was a standby is a primary now (or the other way round): idle servers
-/// there are closed if the new role does not fit target_session_attrs, so that they are
-/// not lent again (servers lent at the time finish their transaction first).
-fn role_changed(set: &HostSet, addr: &super::ServerAddr, role: Role, pools: &[Arc<Pool>]) {
-    let session = Session {
-        role,
-        read_only: role == Role::Standby,
-    };
+/// A host that no longer fits target_session_attrs (a standby promoted under a standby
+/// or read-only entry): its idle servers are closed, so that they are not lent again.
+/// At every check, so that servers lent when the role changed are closed once they are
+/// given back. prefer-standby keeps them: a primary is its fallback.
+fn sweep(set: &HostSet, addr: &super::ServerAddr, session: Session, pools: &[Arc<Pool>]) {
     if super::hosts::fits(set.attrs, session) || set.attrs == TargetSessionAttrs::PreferStandby {
         return;
     }
     let reason = format!(
-        "host is now {} (target_session_attrs={})",
-        role.as_str(),
+        "host is {} (target_session_attrs={})",
+        session.role.as_str(),
         set.attrs.as_str()
     );
     for p in pools {
@@ -192,7 +191,7 @@ async fn probe(
     addr: &super::ServerAddr,
     scram: Option<ScramCredential>,
     timeout: Duration,
-) -> Result<(Role, Option<f64>), super::ConnectError> {
+) -> Result<(Session, Option<f64>), super::ConnectError> {
     let started = std::time::Instant::now();
     let mut conn = super::login::connect_one(target, addr, timeout, scram).await?;
     let left = timeout
@@ -212,11 +211,20 @@ async fn probe(
         .flatten()
         .and_then(|v| v.parse::<f64>().ok())
         .map(|v| v.max(0.0));
+    let read_only = row
+        .get(2)
+        .cloned()
+        .flatten()
+        .is_some_and(|v| v.eq_ignore_ascii_case("on"));
+    let role = if standby {
+        Role::Standby
+    } else {
+        Role::Primary
+    };
     Ok((
-        if standby {
-            Role::Standby
-        } else {
-            Role::Primary
+        Session {
+            role,
+            read_only: standby || read_only,
         },
         lag,
     ))
