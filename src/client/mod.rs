@@ -618,7 +618,12 @@ impl Session {
                 Box::pin(self.finish_server(held)).await;
                 Some("client unexpected eof".into())
             }
-            Event::ServerGone if self.mode != PoolMode::Session && !self.pinned() => {
+            // Not when extended-protocol messages (or bytes that are no message at all)
+            // were left without their Sync: the client may never send one, and a server
+            // that died of what it was sent is the client's doing.
+            Event::ServerGone
+                if self.mode != PoolMode::Session && !self.pinned() && !self.exchange.unsynced =>
+            {
                 crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
                 drop(held);
                 Box::pin(self.survive_lost_server()).await
@@ -647,9 +652,10 @@ impl Session {
     }
 
     /// The server of a transaction (in transaction or statement mode) went away: what it
-    /// said last (its FATAL, as a notice to a client that was idle) is passed on, the
-    /// requests it left unanswered are answered with an error, and the client stays, to
-    /// run its next transaction on another server. Some(reason) if the client is gone.
+    /// sent whole is passed on (a FATAL sent while the client owed nothing was held back
+    /// by the relay), the requests it left unanswered are answered with an error, a client
+    /// idle in its transaction gets the error at its next request, and the client stays,
+    /// to run its next transaction on another server. Some(reason) if the client is gone.
     async fn survive_lost_server(&mut self) -> Option<String> {
         // Client messages framed (and counted as owed an answer) but not sent are
         // answered below with the others.
@@ -657,7 +663,6 @@ impl Session {
         let _ = self.inbuf.split_to(framed);
         self.cframe.reset();
         let pending = self.exchange.pending;
-        let unsynced = self.exchange.unsynced;
         self.exchange = Exchange::fresh();
         self.query_started = None;
         self.xact_started = None;
@@ -676,13 +681,7 @@ impl Session {
                 return Some("client unexpected eof".into());
             }
         }
-        if unsynced {
-            // The rest of an extended-protocol request is still to come: it gets the error
-            // at its Sync.
-            if let Err(reason) = Box::pin(self.fail_request(&lost_transaction())).await {
-                return Some(reason);
-            }
-        } else if pending == 0 {
+        if pending == 0 {
             self.set_tie(LOST, true);
         }
         None
