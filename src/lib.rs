@@ -203,6 +203,7 @@ async fn serve(
         }
     });
     tokio::spawn(client::park::watch());
+    server::health::start(&app);
     if let Some(l) = http {
         if let Err(e) = metrics_http::start(&app, l) {
             tracing::error!("cannot serve http_listen: {e}");

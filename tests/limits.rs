@@ -226,7 +226,7 @@ async fn server_side_unknown_database_is_reported() {
 }
 
 /// The server process of a client dies in the middle of a transaction: that
-/// client gets an error; other clients and new clients are served.
+/// client gets an error and carries on; other clients and new clients are served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_dying_mid_transaction() {
     let pg = PgServer::start();
@@ -245,6 +245,9 @@ async fn server_dying_mid_transaction() {
     if let Some(f) = db_error(&e) {
         assert!(f.code == "08006" || f.code == "57P01", "{f:?}");
     }
+    // In transaction mode the client keeps its connection: its next transaction runs on
+    // another server.
+    assert_eq!(q1(&a, "select 'a'").await, "a");
     assert_eq!(q1(&b, "select 'b'").await, "b");
     assert_serving(&weir, "postgres", "postgres").await;
 }

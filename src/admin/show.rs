@@ -1011,13 +1011,15 @@ pub fn hosts(app: &App) -> RowSet {
     }
     let servers = SERVERS.snapshot();
     let mut rs = RowSet::new(
-        "ssisssiiss",
+        "ssisssssiiss",
         &[
             "database",
             "host",
             "port",
             "role",
             "state",
+            "lag",
+            "in_rotation",
             "load_balance_hosts",
             "active",
             "idle",
@@ -1048,6 +1050,8 @@ pub fn hosts(app: &App) -> RowSet {
                 port,
                 text(h.role().as_str()),
                 text(h.state()),
+                h.lag().map_or(NULL, |l| text(format!("{l:.3}"))),
+                text(if h.out_of_rotation() { "no" } else { "yes" }),
                 text(set.balance.as_str()),
                 int(active),
                 int(idle),

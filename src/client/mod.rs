@@ -50,6 +50,19 @@ pub fn begin_shutdown() {
 
 const PINNED: u8 = 1;
 const LISTENING: u8 = 2;
+/// The server of the client's open transaction went away while the client was idle in
+/// it: the client's next request is answered with the error (see `lost_transaction`).
+const LOST: u8 = 4;
+
+/// What a client whose transaction died with its server is told, instead of losing its
+/// connection: in transaction mode its next transaction can run on another server (after
+/// a failover, on the new primary).
+fn lost_transaction() -> PgError {
+    PgError::error(
+        "08006",
+        "server connection lost; the transaction was rolled back",
+    )
+}
 
 impl Session {
     fn pinned(&self) -> bool {
@@ -511,6 +524,13 @@ impl Session {
                     false => Err(Some("client unexpected eof".into())),
                 }
             }
+            Wake::Message if self.ties & LOST != 0 => {
+                self.set_tie(LOST, false);
+                return Box::pin(self.fail_request(&lost_transaction()))
+                    .await
+                    .map(|()| None)
+                    .map_err(Some);
+            }
             Wake::Message => match self.acquire().await {
                 Ok(l) => return Ok(Some(l)),
                 Err(Some(e)) if e.severity == "ERROR" => {
@@ -600,6 +620,16 @@ impl Session {
                 Box::pin(self.finish_server(held)).await;
                 Some("client unexpected eof".into())
             }
+            // Not when extended-protocol messages (or bytes that are no message at all)
+            // were left without their Sync: the client may never send one, and a server
+            // that died of what it was sent is the client's doing.
+            Event::ServerGone
+                if self.mode != PoolMode::Session && !self.pinned() && !self.exchange.unsynced =>
+            {
+                crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
+                drop(held);
+                Box::pin(self.survive_lost_server()).await
+            }
             Event::ServerGone => {
                 crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
                 drop(held);
@@ -621,6 +651,42 @@ impl Session {
                 Some(Box::pin(self.close_and_refuse(held, e, false)).await)
             }
         }
+    }
+
+    /// The server of a transaction (in transaction or statement mode) went away: what it
+    /// sent whole is passed on (a FATAL sent while the client owed nothing was held back
+    /// by the relay), the requests it left unanswered are answered with an error, a client
+    /// idle in its transaction gets the error at its next request, and the client stays,
+    /// to run its next transaction on another server. Some(reason) if the client is gone.
+    async fn survive_lost_server(&mut self) -> Option<String> {
+        // Client messages framed (and counted as owed an answer) but not sent are
+        // answered below with the others.
+        let framed = self.cframe.scanned();
+        let _ = self.inbuf.split_to(framed);
+        self.cframe.reset();
+        let pending = self.exchange.pending;
+        self.exchange = Exchange::fresh();
+        self.query_started = None;
+        self.xact_started = None;
+        // What the server sent whole goes on (a message it cut short does not).
+        if !self.flush_client().await {
+            return Some("client unexpected eof".into());
+        }
+        if pending > 0 {
+            let e = lost_transaction();
+            crate::conn_log::pooler_error(&self.client.0, &e.message);
+            let mut out = messages::error_response(&e);
+            for _ in 0..pending {
+                messages::ready_for_query(&mut out, b'I');
+            }
+            if self.stream.write_all(&out).await.is_err() {
+                return Some("client unexpected eof".into());
+            }
+        }
+        if pending == 0 {
+            self.set_tie(LOST, true);
+        }
+        None
     }
 
     /// Closes a server something of the client's may linger in, then ends the client with
@@ -752,7 +818,10 @@ impl Session {
                         info.take_park();
                         // A listener keeps its task: notifications come to it. So does a
                         // TLS client (park::park).
-                        if self.inbuf.is_empty() && !self.listening() && !self.stream.is_tls() {
+                        if self.inbuf.is_empty()
+                            && self.ties & (LISTENING | LOST) == 0
+                            && !self.stream.is_tls()
+                        {
                             return Wake::Park;
                         }
                     }

@@ -174,7 +174,7 @@ impl Session {
         Tracked::Pass
     }
 
-    fn remove_server_message(&mut self, frame: &Frame) {
+    pub(super) fn remove_server_message(&mut self, frame: &Frame) {
         // ParseComplete, CloseComplete, ReadyForQuery and errors are framed whole.
         let end = frame.body.as_ref().map_or(self.sframe.scanned(), |b| b.end);
         splice(&mut self.outbuf, frame.start..end, &[]);

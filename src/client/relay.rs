@@ -356,7 +356,8 @@ impl Session {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
-                t == b'Z' || t == b'S' || (tracking && t == b'E')
+                // Errors whole: one that answers nothing is held back (below).
+                t == b'Z' || t == b'S' || t == b'E'
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {
@@ -377,6 +378,18 @@ impl Session {
             if frame.tag == b'E' {
                 let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());
                 crate::stats::server_error(fields.unwrap_or_default(), &self.pool.database);
+                if self.exchange.pending == 0
+                    && !self.exchange.unsynced
+                    && self.mode != PoolMode::Session
+                    && !self.pinned()
+                {
+                    // The client owes nothing: this is the server going away (a FATAL
+                    // such as 57P01 at shutdown). It is not passed on now, as drivers
+                    // take an answer to nothing for a broken connection; the client is
+                    // told at its next request (see `survive_lost_server`).
+                    self.remove_server_message(&frame);
+                    continue;
+                }
             }
             let Some(body) = frame.body else { continue };
             match frame.tag {

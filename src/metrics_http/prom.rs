@@ -403,6 +403,42 @@ impl Collector for LiveCollector {
             }
         }
 
+        // ---- hosts of database entries with several hosts ----
+        let mut up = Vec::new();
+        let mut primary = Vec::new();
+        let mut lag = Vec::new();
+        for (name, set) in crate::server::hosts::all() {
+            for h in &set.hosts {
+                let (host, port) = match &h.addr {
+                    crate::server::ServerAddr::Tcp { host, port } => {
+                        (host.clone(), port.to_string())
+                    }
+                    crate::server::ServerAddr::Unix { path } => {
+                        (path.display().to_string(), String::new())
+                    }
+                };
+                let labels: Labels =
+                    vec![("database", name.clone()), ("host", host), ("port", port)];
+                up.push((labels.clone(), g(u64::from(h.state() == "up"))));
+                primary.push((
+                    labels.clone(),
+                    g(u64::from(h.role() == crate::server::hosts::Role::Primary)),
+                ));
+                if let Some(l) = h.lag() {
+                    lag.push((labels, V::Gauge(l)));
+                }
+            }
+        }
+        family(e, "weir_host_up", "Whether a database entry's host is up (1), as health checks and logins last saw it; 0 when down or not seen yet.", None, up)?;
+        family(e, "weir_host_is_primary", "Whether a database entry's host was last seen as a primary (1) rather than a standby or unknown (0).", None, primary)?;
+        family(
+            e,
+            "weir_host_replication_lag",
+            "How far a standby host's replay is behind, as the last health check saw it.",
+            Some(Unit::Seconds),
+            lag,
+        )?;
+
         // ---- errors ----
         let errors: Vec<(Labels, V)> = stats::error_counts()
             .into_iter()

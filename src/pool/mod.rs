@@ -285,6 +285,11 @@ impl Pool {
 
     /// Keeps the SCRAM keys of a client that logged in, for connections opened with no
     /// client at hand (min_pool_size).
+    /// The SCRAM keys learnt from a client, for logins beside the pool's (host checks).
+    pub fn scram_keys(&self) -> Option<ScramCredential> {
+        self.lock().scram.clone()
+    }
+
     pub fn remember_scram(&self, keys: &ScramCredential) {
         self.lock().scram = Some(keys.clone());
     }
@@ -529,6 +534,26 @@ impl Pool {
     }
 
     /// Closes a server already taken out of the pool's count, and frees its shared units.
+    /// Closes the idle servers connected to `addr` (a host whose role no longer fits the
+    /// pool's target_session_attrs). Returns how many.
+    pub fn close_idle_at(&self, addr: &crate::server::ServerAddr, reason: &str) -> usize {
+        let gone: Vec<Conn> = {
+            let mut st = self.lock();
+            let (gone, keep): (VecDeque<Conn>, VecDeque<Conn>) = std::mem::take(&mut st.idle)
+                .into_iter()
+                .partition(|s| *s.addr == *addr);
+            st.idle = keep;
+            st.total -= gone.len();
+            gone.into()
+        };
+        let n = gone.len();
+        for s in gone {
+            crate::conn_log::server_closing(&s.info.0, reason);
+            self.closed_idle(*s);
+        }
+        n
+    }
+
     fn closed_idle(&self, conn: ServerConn) {
         tokio::spawn(conn.terminate());
         self.settings().limits.release();

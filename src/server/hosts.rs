@@ -6,7 +6,7 @@
 //! reloads that leave the entry's hosts and policies as they were.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use weir_config::{LoadBalanceHosts, TargetSessionAttrs};
@@ -64,7 +64,19 @@ pub struct Host {
     /// The last failure (connect, login, or not fitting), with its time in µs since the
     /// epoch; kept after the host recovers, for SHOW HOSTS.
     last_error: Mutex<Option<(u64, String)>>,
+    /// Health checks (see `health`): failures in a row, when the next check is due (µs
+    /// since the epoch), whether one is under way, and whether the host is out of the
+    /// rotation (tried last by new server connections).
+    pub(super) check_fails: AtomicU32,
+    pub(super) next_check_us: AtomicU64,
+    pub(super) checking: AtomicBool,
+    out: AtomicBool,
+    /// Replication lag in seconds (f64 bits) as the last check saw it; NO_LAG when the
+    /// host is a primary or has not been checked.
+    lag: AtomicU64,
 }
+
+const NO_LAG: u64 = u64::MAX;
 
 impl Host {
     fn new(addr: ServerAddr) -> Host {
@@ -73,7 +85,56 @@ impl Host {
             role: AtomicU8::new(Role::Unknown as u8),
             state: AtomicU8::new(STATE_UNKNOWN),
             last_error: Mutex::new(None),
+            check_fails: AtomicU32::new(0),
+            next_check_us: AtomicU64::new(0),
+            checking: AtomicBool::new(false),
+            out: AtomicBool::new(false),
+            lag: AtomicU64::new(NO_LAG),
         }
+    }
+
+    /// Seconds behind the primary's last replayed transaction, for a standby.
+    pub fn lag(&self) -> Option<f64> {
+        match self.lag.load(Ordering::Relaxed) {
+            NO_LAG => None,
+            bits => Some(f64::from_bits(bits)),
+        }
+    }
+
+    /// Whether health checks took the host out of the rotation.
+    pub fn out_of_rotation(&self) -> bool {
+        self.out.load(Ordering::Relaxed)
+    }
+
+    /// A check succeeded: the host is up, back in the rotation, with this role and lag.
+    /// Returns the role it had before.
+    pub(super) fn check_ok(&self, role: Role, lag: Option<f64>) -> Role {
+        let before = self.role();
+        self.check_fails.store(0, Ordering::Relaxed);
+        self.out.store(false, Ordering::Relaxed);
+        self.lag
+            .store(lag.map_or(NO_LAG, f64::to_bits), Ordering::Relaxed);
+        self.logged_in(role);
+        before
+    }
+
+    /// A check's login was refused: the host is there, but the check learnt nothing
+    /// else; the failures in a row are not counted.
+    pub(super) fn check_refused(&self, text: String) {
+        self.set_error(text);
+    }
+
+    /// A check failed; after `threshold` in a row the host is down and out of the
+    /// rotation. Returns the failures in a row so far.
+    pub(super) fn check_failed(&self, text: String, threshold: u32) -> u32 {
+        let fails = self.check_fails.fetch_add(1, Ordering::Relaxed) + 1;
+        self.set_error(text);
+        if fails >= threshold.max(1) {
+            self.state.store(STATE_DOWN, Ordering::Relaxed);
+            self.out.store(true, Ordering::Relaxed);
+            self.lag.store(NO_LAG, Ordering::Relaxed);
+        }
+        fails
     }
 
     pub fn role(&self) -> Role {
@@ -177,7 +238,17 @@ impl HostSet {
             LoadBalanceHosts::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed),
             LoadBalanceHosts::Disable => self.next.load(Ordering::Relaxed),
         } % n.max(1);
-        (0..n).map(|i| (start + i) % n).collect()
+        let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
+        // Hosts the checks took out of the rotation come last: tried only when no other
+        // host will do, so that a failed check never leaves the pool with no host at all.
+        order.sort_by_key(|&i| self.hosts[i].out_of_rotation());
+        order
+    }
+
+    /// Whether the hosts are worth checking in the background: several of them, or a
+    /// target_session_attrs that depends on their roles.
+    pub fn needs_checks(&self) -> bool {
+        self.hosts.len() > 1 || self.attrs != TargetSessionAttrs::Any
     }
 
     /// disable: the host that just worked is the one to stay on.

@@ -243,6 +243,21 @@ pub async fn connect(
     .await
 }
 
+/// Connects and logs in to one given address, within the connect timeout (host checks).
+pub async fn connect_one(
+    target: &ServerTarget,
+    addr: &ServerAddr,
+    timeout: Duration,
+    scram_keys: Option<Credential>,
+) -> Result<ServerConn, ConnectError> {
+    let mut one = target.clone();
+    one.addr = addr.clone();
+    match crate::timers::timeout(timeout, connect_inner(&one, scram_keys)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
 async fn open(addr: &ServerAddr, tcp: &crate::tcp_options::TcpOptions) -> io::Result<Stream> {
     Ok(match addr {
         ServerAddr::Tcp { host, port } => {

@@ -115,6 +115,14 @@ general_options! {
     dns_max_ttl: Duration = secs(15);
     dns_nxdomain_ttl: Duration = secs(15);
     dns_zone_check_period: Duration = secs(0);
+    /// Weir's own option: how often each host of a database entry with several hosts (or
+    /// with target_session_attrs) is checked (login, role, replication lag).
+    host_check_interval: Duration = secs(5);
+    /// Weir's own option: how long one host check may take.
+    host_check_timeout: Duration = secs(2);
+    /// Weir's own option: after this many failed checks in a row a host leaves the rotation
+    /// (new server connections try it last) until a check succeeds.
+    host_failure_threshold: u32 = 3;
     /// Weir's own option, not PgBouncer's: `host:port` of the built-in HTTP endpoint
     /// (Prometheus `/metrics`, `/healthz`, `/readyz` and the dashboard at `/`). Unset (the
     /// default) means no HTTP listener.

@@ -31,6 +31,10 @@ pub const IMPLEMENTED: &[&str] = &[
     "client_tls_sslmode",
     "default_pool_size",
     "dns_max_ttl",
+    // Weir's own (health checks of a database entry's hosts), not PgBouncer options.
+    "host_check_interval",
+    "host_check_timeout",
+    "host_failure_threshold",
     // Weir's own (the HTTP metrics endpoint), not a PgBouncer option.
     "http_listen",
     "idle_transaction_timeout",
