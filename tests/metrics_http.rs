@@ -327,6 +327,59 @@ fn healthz_and_readyz_follow_postgres() {
     );
 }
 
+/// A database entry with several hosts is ready while any of them answers (Weir moves to
+/// it), and not ready, naming each, when none does.
+#[test]
+fn readyz_with_several_hosts_needs_one() {
+    let mut pg = PgServer::start();
+    let dead = free_port();
+    let http = free_port();
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!(
+                "host=127.0.0.1,127.0.0.1 port={dead},{} dbname=postgres",
+                pg.port()
+            ),
+        )
+        .set("http_listen", format!("127.0.0.1:{http}"))
+        .start();
+    assert!(eventually(TIMEOUT, || http_get(http, "/readyz").is_ok()));
+    let r = get(http, "/readyz");
+    assert_eq!(r.status, 200, "one host of two answers: {}", r.body);
+    let v = serde_json::from_str::<serde_json::Value>(&get(http, "/api/stats").body)
+        .expect("stats JSON");
+    let db = v["databases"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["name"] == "postgres"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(db["reachable"], true, "{db}");
+    assert!(
+        db["address"]
+            .as_str()
+            .is_some_and(|a| a.contains(&dead.to_string())),
+        "{db}"
+    );
+    assert_eq!(
+        psql_via(&weir, "postgres", "postgres", "select 1").as_deref(),
+        Ok("1")
+    );
+
+    pg.stop();
+    let mut last = String::new();
+    let unready = eventually(Duration::from_secs(15), || {
+        let r = get(http, "/readyz");
+        last = format!("{} {}", r.status, r.body);
+        r.status == 503
+    });
+    assert!(unready, "readyz stayed ready with no host up: {last}");
+    assert!(
+        last.contains(&dead.to_string()) && last.contains(&pg.port().to_string()),
+        "each host is named: {last}"
+    );
+}
+
 /// TCP ports the process listens on, from /proc (its socket inodes matched against the
 /// kernel's tables of listening sockets).
 fn listening_ports(pid: i32) -> Vec<u16> {

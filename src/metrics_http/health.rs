@@ -82,11 +82,29 @@ pub async fn probe(addr: &ServerAddr, ttl: Duration) -> Probe {
     p
 }
 
-/// A configured database and where its server is.
+/// A configured database and where its servers are (one per host of the entry).
 #[derive(Debug, Clone)]
 pub struct Target {
     pub name: String,
-    pub addr: ServerAddr,
+    pub addrs: Vec<ServerAddr>,
+}
+
+impl Target {
+    /// The entry's hosts as an operator wrote them, comma-separated.
+    pub fn address(&self) -> String {
+        let all: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
+        all.join(",")
+    }
+}
+
+/// The best of a database's hosts' last probes: a reachable one if there is one (the
+/// database can be served), else the first failure.
+pub fn best_probe(
+    addrs: &[ServerAddr],
+    probes: impl Fn(&ServerAddr) -> Option<Probe>,
+) -> Option<Probe> {
+    let all: Vec<Probe> = addrs.iter().filter_map(probes).collect();
+    all.iter().find(|p| p.ok).or_else(|| all.first()).cloned()
 }
 
 /// Every `[databases]` entry (and the `*` fallback), with its server address.
@@ -98,13 +116,13 @@ pub fn targets(app: &App) -> Vec<Target> {
         .iter()
         .map(|(name, db)| Target {
             name: name.clone(),
-            addr: app::server_addr(db),
+            addrs: app::server_addrs(db),
         })
         .collect();
     if let Some(db) = &snap.config.fallback_database {
         out.push(Target {
             name: "*".into(),
-            addr: app::server_addr(db),
+            addrs: app::server_addrs(db),
         });
     }
     out
@@ -112,7 +130,7 @@ pub fn targets(app: &App) -> Vec<Target> {
 
 /// Probes every distinct server address at once.
 pub async fn probe_all(targets: &[Target], ttl: Duration) -> HashMap<ServerAddr, Probe> {
-    let mut addrs: Vec<ServerAddr> = targets.iter().map(|t| t.addr.clone()).collect();
+    let mut addrs: Vec<ServerAddr> = targets.iter().flat_map(|t| t.addrs.clone()).collect();
     addrs.sort_by_key(|a| a.to_string());
     addrs.dedup();
     let handles: Vec<_> = addrs
@@ -147,15 +165,22 @@ pub async fn readiness(app: &App, ttl: Duration) -> Result<String, Vec<String>> 
         }
     }
     let probes = probe_all(&targets, ttl).await;
+    // A database with several hosts is ready when any of them answers: Weir moves to it.
     for t in &targets {
-        match probes.get(&t.addr) {
+        match best_probe(&t.addrs, |a| probes.get(a).cloned()) {
             Some(p) if p.ok => {}
-            Some(p) => reasons.push(format!(
-                "database {}: cannot reach {}: {}",
-                t.name,
-                t.addr,
-                p.error.as_deref().unwrap_or("unknown error")
-            )),
+            Some(_) => {
+                for a in &t.addrs {
+                    if let Some(p) = probes.get(a).filter(|p| !p.ok) {
+                        reasons.push(format!(
+                            "database {}: cannot reach {}: {}",
+                            t.name,
+                            a,
+                            p.error.as_deref().unwrap_or("unknown error")
+                        ));
+                    }
+                }
+            }
             None => reasons.push(format!("database {}: not probed", t.name)),
         }
     }

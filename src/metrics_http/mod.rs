@@ -268,7 +268,7 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
     let databases: Vec<Value> = targets
         .iter()
         .map(|t| {
-            let probe = health::last_probe(&t.addr);
+            let probe = health::best_probe(&t.addrs, health::last_probe);
             let pools: Vec<_> = live.pools.iter().filter(|p| p.database == t.name).collect();
             let login_error = pools
                 .iter()
@@ -277,7 +277,7 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
                 .next();
             json!({
                 "name": t.name,
-                "address": t.addr.to_string(),
+                "address": t.address(),
                 "reachable": probe.as_ref().map(|p| p.ok),
                 "probe_ms": probe.as_ref().map(|p| round3(p.latency.as_secs_f64() * 1000.0)),
                 "checked_ago_s": probe.as_ref().map(|p| round3(p.at.elapsed().as_secs_f64())),
