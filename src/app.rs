@@ -321,6 +321,7 @@ pub fn host_set(name: &str, db: &Database) -> Arc<crate::server::hosts::HostSet>
             .unwrap_or(weir_config::LoadBalanceHosts::RoundRobin),
         db.target_session_attrs
             .unwrap_or(weir_config::TargetSessionAttrs::Any),
+        &db.host_weights,
     )
 }
 
