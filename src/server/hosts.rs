@@ -14,7 +14,7 @@ use weir_config::{LoadBalanceHosts, TargetSessionAttrs};
 use super::{ConnectError, ServerAddr, ServerConn};
 use crate::protocol::PgError;
 use crate::registry::now_micros;
-use crate::registry::servers::SERVERS;
+use crate::registry::servers::{ServerState, SERVERS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -389,6 +389,50 @@ pub fn all() -> Vec<(String, Arc<HostSet>)> {
     let mut v: Vec<_> = sets().iter().map(|(k, s)| (k.clone(), s.clone())).collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
+}
+
+/// One host of one database entry as SHOW HOSTS and the dashboard show it.
+pub struct HostRow {
+    pub database: String,
+    pub set: Arc<HostSet>,
+    pub index: usize,
+    /// Its servers for this entry now, lent and idle.
+    pub active: u64,
+    pub idle: u64,
+}
+
+impl HostRow {
+    pub fn host(&self) -> &Host {
+        &self.set.hosts[self.index]
+    }
+}
+
+/// Every host of every known entry, by database name then host order, with its servers.
+pub fn rows() -> Vec<HostRow> {
+    let servers = SERVERS.snapshot();
+    let mut rows = Vec::new();
+    for (database, set) in all() {
+        for (index, h) in set.hosts.iter().enumerate() {
+            let (mut active, mut idle) = (0, 0);
+            for s in &servers {
+                if s.addr == h.addr && s.entry() == Some(&*database) {
+                    match s.state() {
+                        ServerState::Active => active += 1,
+                        ServerState::Idle => idle += 1,
+                        ServerState::Login => {}
+                    }
+                }
+            }
+            rows.push(HostRow {
+                database: database.clone(),
+                set: set.clone(),
+                index,
+                active,
+                idle,
+            });
+        }
+    }
+    rows
 }
 
 /// Forgets the host sets of database entries that are gone.
