@@ -324,4 +324,7 @@ fn host_weights_share_new_servers_in_proportion() {
         vec![p, p, r, p, p, p, r, p],
         "primary {p}, replica {r}"
     );
+    let res = show_hosts(&weir);
+    assert_eq!(host_col(&res, "w", p, "weight").as_deref(), Some("3"));
+    assert_eq!(host_col(&res, "w", r, "weight").as_deref(), Some("1"));
 }

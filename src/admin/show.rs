@@ -1005,7 +1005,7 @@ pub fn fds() -> RowSet {
 /// or not, the last error) and its servers now.
 pub fn hosts(app: &App) -> RowSet {
     let mut rs = RowSet::new(
-        "ssisssssiiss",
+        "ssisssssiiiss",
         &[
             "database",
             "host",
@@ -1015,6 +1015,7 @@ pub fn hosts(app: &App) -> RowSet {
             "lag",
             "in_rotation",
             "load_balance_hosts",
+            "weight",
             "active",
             "idle",
             "last_error",
@@ -1037,6 +1038,7 @@ pub fn hosts(app: &App) -> RowSet {
             h.lag().map_or(NULL, |l| text(format!("{l:.3}"))),
             text(if h.out_of_rotation() { "no" } else { "yes" }),
             text(row.set.balance.as_str()),
+            int(row.set.weights.get(row.index).copied().unwrap_or(1)),
             int(row.active),
             int(row.idle),
             err,
