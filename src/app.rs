@@ -321,7 +321,18 @@ pub fn host_set(name: &str, db: &Database) -> Arc<crate::server::hosts::HostSet>
             .unwrap_or(weir_config::LoadBalanceHosts::RoundRobin),
         db.target_session_attrs
             .unwrap_or(weir_config::TargetSessionAttrs::Any),
+        &db.host_weights,
     )
+}
+
+/// Every host of every database entry (SHOW HOSTS, the dashboard): entries no pool has
+/// used yet are listed too, with what is known: nothing.
+pub fn host_rows(app: &App) -> Vec<crate::server::hosts::HostRow> {
+    let snap = app.snapshot.load();
+    for (name, db) in &snap.config.databases {
+        host_set(name, db);
+    }
+    crate::server::hosts::rows()
 }
 
 fn host_addr(db: &Database, index: usize) -> ServerAddr {

@@ -233,6 +233,10 @@ fn dashboard_renders_live_figures() {
             "pools table lists the pool"
         );
         assert!(dom.contains("reachable"), "server health is shown");
+        assert!(
+            dom.contains("<td><span class=\"dot ok\"></span>up</td>"),
+            "the hosts table shows the entry's host up"
+        );
         // Tiles and pools table say which window they average over, and it is the same.
         assert!(
             dom.contains("<div class=\"sub\" data-window=\"\">last 5 s</div>"),

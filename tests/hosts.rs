@@ -264,3 +264,67 @@ fn a_host_that_never_answers_is_skipped_at_server_connect_timeout() {
     );
     drop(silent);
 }
+
+/// SHOW HOSTS' `idle` for (database, port).
+fn idle_on(weir: &Weir, db: &str, port: u16) -> i64 {
+    host_col(&show_hosts(weir), db, port, "idle")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
+#[test]
+fn least_outstanding_fills_the_host_with_fewer_servers() {
+    let (primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    let weir = Weir::builder()
+        .set("pool_mode", "session")
+        .set("admin_users", "postgres")
+        .set("server_idle_timeout", 1)
+        .database(
+            "lo",
+            &entry(&[p, r], "load_balance_hosts=least-outstanding"),
+        )
+        .start();
+    // Three held clients: ties take turns, so p, r, p.
+    let mut held: Vec<RawConn> = (0..3).map(|_| client(&weir, "lo")).collect();
+    let ports: Vec<u16> = held.iter_mut().map(server_port).collect();
+    assert_eq!(ports, vec![p, r, p]);
+    // The client on r leaves and its server is closed as idle: p has 2 open, r none.
+    drop(held.remove(1));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while idle_on(&weir, "lo", r) != 0
+        || host_col(&show_hosts(&weir), "lo", r, "active").as_deref() != Some("0")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle server on r stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // round-robin would now go to p then r; least-outstanding sends both to r.
+    let mut more: Vec<RawConn> = (0..2).map(|_| client(&weir, "lo")).collect();
+    let ports: Vec<u16> = more.iter_mut().map(server_port).collect();
+    assert_eq!(ports, vec![r, r], "{}", weir.log_tail());
+    let res = show_hosts(&weir);
+    assert_eq!(
+        host_col(&res, "lo", p, "load_balance_hosts").as_deref(),
+        Some("least-outstanding")
+    );
+}
+
+#[test]
+fn host_weights_share_new_servers_in_proportion() {
+    let (primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    let weir = weir(&[("w", entry(&[p, r], "host_weights=3,1"))]);
+    // Smooth weighted round-robin over 8 new servers: exactly 6 and 2, interleaved.
+    let ports = ports_of_new_servers(&weir, "w", 8);
+    assert_eq!(
+        ports,
+        vec![p, p, r, p, p, p, r, p],
+        "primary {p}, replica {r}"
+    );
+    let res = show_hosts(&weir);
+    assert_eq!(host_col(&res, "w", p, "weight").as_deref(), Some("3"));
+    assert_eq!(host_col(&res, "w", r, "weight").as_deref(), Some("1"));
+}

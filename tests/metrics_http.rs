@@ -288,6 +288,21 @@ async fn metrics_follow_transactions_errors_and_reloads() {
         .any(|e| e["code"] == "22012"));
     assert!(v["history"].is_array());
     assert_eq!(v["ready"], true);
+    // The hosts table: SHOW HOSTS' rows, here the entry's one host with its servers.
+    let hosts = v["hosts"].as_array().expect("hosts in /api/stats");
+    let host = hosts
+        .iter()
+        .find(|h| h["database"] == "postgres")
+        .unwrap_or_else(|| panic!("the postgres entry's host: {hosts:?}"));
+    assert_eq!(host["state"], "up", "{host}");
+    assert_eq!(host["role"], "primary", "{host}");
+    assert!(host["lag_s"].is_null(), "{host}");
+    assert!(
+        host["host"].is_string() && host.get("port").is_some(),
+        "{host}"
+    );
+    let servers = host["active"].as_u64().unwrap() + host["idle"].as_u64().unwrap();
+    assert!(servers >= 1, "{host}");
 }
 
 #[test]
@@ -441,6 +456,7 @@ fn dashboard_is_self_contained() {
     let page = get(http, "/");
     assert_eq!(page.status, 200);
     assert!(page.headers["content-type"].starts_with("text/html"));
+    assert!(page.body.contains("id=\"hosts\""), "the hosts table");
     for asset in ["/dashboard.css", "/dashboard.js"] {
         assert!(page.body.contains(asset), "page links {asset}");
         let r = get(http, asset);

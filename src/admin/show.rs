@@ -1004,14 +1004,8 @@ pub fn fds() -> RowSet {
 /// connections to it found (role from `in_hot_standby` or `pg_is_in_recovery()`, reachable
 /// or not, the last error) and its servers now.
 pub fn hosts(app: &App) -> RowSet {
-    let snap = app.snapshot.load();
-    // Entries no pool has used yet are listed too, with what is known: nothing.
-    for (name, db) in &snap.config.databases {
-        crate::app::host_set(name, db);
-    }
-    let servers = SERVERS.snapshot();
     let mut rs = RowSet::new(
-        "ssisssssiiss",
+        "ssisssssiiiss",
         &[
             "database",
             "host",
@@ -1021,44 +1015,35 @@ pub fn hosts(app: &App) -> RowSet {
             "lag",
             "in_rotation",
             "load_balance_hosts",
+            "weight",
             "active",
             "idle",
             "last_error",
             "last_error_time",
         ],
     );
-    for (name, set) in crate::server::hosts::all() {
-        for h in &set.hosts {
-            let (mut active, mut idle) = (0, 0);
-            for s in &servers {
-                if s.addr == h.addr && s.entry() == Some(&*name) {
-                    match s.state() {
-                        ServerState::Active => active += 1,
-                        ServerState::Idle => idle += 1,
-                        ServerState::Login => {}
-                    }
-                }
-            }
-            let (host, port) = server_addr(&h.addr);
-            let (err, at) = match h.last_error() {
-                Some((at, e)) => (text(e), text(format_time(at))),
-                None => (NULL, NULL),
-            };
-            rs.push(vec![
-                text(&name),
-                host,
-                port,
-                text(h.role().as_str()),
-                text(h.state()),
-                h.lag().map_or(NULL, |l| text(format!("{l:.3}"))),
-                text(if h.out_of_rotation() { "no" } else { "yes" }),
-                text(set.balance.as_str()),
-                int(active),
-                int(idle),
-                err,
-                at,
-            ]);
-        }
+    for row in crate::app::host_rows(app) {
+        let h = row.host();
+        let (host, port) = server_addr(&h.addr);
+        let (err, at) = match h.last_error() {
+            Some((at, e)) => (text(e), text(format_time(at))),
+            None => (NULL, NULL),
+        };
+        rs.push(vec![
+            text(&row.database),
+            host,
+            port,
+            text(h.role().as_str()),
+            text(h.state()),
+            h.lag().map_or(NULL, |l| text(format!("{l:.3}"))),
+            text(if h.out_of_rotation() { "no" } else { "yes" }),
+            text(row.set.balance.as_str()),
+            int(row.set.weights.get(row.index).copied().unwrap_or(1)),
+            int(row.active),
+            int(row.idle),
+            err,
+            at,
+        ]);
     }
     rs
 }

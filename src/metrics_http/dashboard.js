@@ -304,6 +304,26 @@ function renderHealth(dbs) {
   fillTable("health", rows, "No databases configured.", 8);
 }
 
+function renderHosts(hosts) {
+  const rows = hosts.map((h) => {
+    const tr = document.createElement("tr");
+    const state = document.createElement("td");
+    const dot = document.createElement("span");
+    if (h.state === "up") dot.className = "dot ok";
+    if (h.state === "down") dot.className = "dot bad";
+    state.append(dot, h.state + (h.in_rotation ? "" : ", out of rotation"));
+    if (h.state === "down" || !h.in_rotation) tr.className = "warn";
+    tr.append(
+      cell(h.database), cell(h.host, "code"), cell(h.port == null ? "" : String(h.port), "n"),
+      cell(h.role), state,
+      cell(h.lag_s == null ? "–" : h.lag_s.toFixed(3) + " s", "n"),
+      cell(fmtInt(h.active), "n"), cell(fmtInt(h.idle), "n"),
+    );
+    return tr;
+  });
+  fillTable("hosts", rows, "No databases configured.", 8);
+}
+
 function renderErrors(errors) {
   const rows = errors.recent.map((e) => {
     const tr = document.createElement("tr");
@@ -372,6 +392,7 @@ function render(d) {
 
   renderPools(d.pools);
   renderHealth(d.databases);
+  renderHosts(d.hosts || []);
   renderErrors(d.errors);
   drawCharts();
 }

@@ -292,6 +292,31 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
         })
         .collect();
 
+    // The same rows as SHOW HOSTS.
+    let hosts: Vec<Value> = crate::app::host_rows(&state.app)
+        .iter()
+        .map(|row| {
+            let h = row.host();
+            let (host, port) = match &h.addr {
+                crate::server::ServerAddr::Tcp { host, port } => (host.clone(), Some(*port)),
+                crate::server::ServerAddr::Unix { path } => (path.display().to_string(), None),
+            };
+            json!({
+                "database": row.database,
+                "host": host,
+                "port": port,
+                "role": h.role().as_str(),
+                "state": h.state(),
+                "lag_s": h.lag().map(round3),
+                "in_rotation": !h.out_of_rotation(),
+                "weight": row.set.weights.get(row.index),
+                "active": row.active,
+                "idle": row.idle,
+                "last_error": h.last_error().map(|(_, e)| e),
+            })
+        })
+        .collect();
+
     let by_class: Vec<Value> = stats::error_counts()
         .into_iter()
         .map(|(src, class, n)| {
@@ -366,6 +391,7 @@ async fn api_stats(state: &State, since_ms: u64) -> Value {
         },
         "pools": pools,
         "databases": databases,
+        "hosts": hosts,
         "errors": { "by_class": by_class, "recent": recent },
         "history": history,
     })

@@ -14,6 +14,7 @@ use weir_config::{LoadBalanceHosts, TargetSessionAttrs};
 use super::{ConnectError, ServerAddr, ServerConn};
 use crate::protocol::PgError;
 use crate::registry::now_micros;
+use crate::registry::servers::{ServerState, SERVERS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -74,6 +75,9 @@ pub struct Host {
     /// Replication lag in seconds (f64 bits) as the last check saw it; NO_LAG when the
     /// host is a primary or has not been checked.
     lag: AtomicU64,
+    /// Connections to it being opened for the entry, not yet in SERVERS under its name:
+    /// counted by least-outstanding, so that a burst of new connections spreads out.
+    opening: AtomicUsize,
 }
 
 const NO_LAG: u64 = u64::MAX;
@@ -90,6 +94,7 @@ impl Host {
             checking: AtomicBool::new(false),
             out: AtomicBool::new(false),
             lag: AtomicU64::new(NO_LAG),
+            opening: AtomicUsize::new(0),
         }
     }
 
@@ -191,8 +196,39 @@ pub struct HostSet {
     pub hosts: Vec<Host>,
     pub balance: LoadBalanceHosts,
     pub attrs: TargetSessionAttrs,
-    /// round-robin: where the next connection starts; disable: the host in use.
+    /// One per host, each at least 1 (Weir's `host_weights`; all 1 when not given).
+    pub weights: Vec<u32>,
+    /// round-robin: where the next connection starts; disable: the host in use;
+    /// least-outstanding: where ties start.
     next: AtomicUsize,
+    /// Weighted round-robin: each host's current weight (nginx's smooth weighted
+    /// round-robin, which interleaves rather than sending runs to the heavy host).
+    current: Mutex<Vec<i64>>,
+}
+
+/// Weights as given, or all 1 when the list does not match the hosts.
+fn weights_for(n: usize, given: &[u32]) -> Vec<u32> {
+    if given.len() == n {
+        given.iter().map(|&w| w.max(1)).collect()
+    } else {
+        vec![1; n]
+    }
+}
+
+/// Takes one host off a count when dropped: the attempt ended, or was abandoned.
+struct Opening<'a>(&'a AtomicUsize);
+
+impl<'a> Opening<'a> {
+    fn new(c: &'a AtomicUsize) -> Self {
+        c.fetch_add(1, Ordering::Relaxed);
+        Opening(c)
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl HostSet {
@@ -201,13 +237,17 @@ impl HostSet {
         addrs: Vec<ServerAddr>,
         balance: LoadBalanceHosts,
         attrs: TargetSessionAttrs,
+        weights: &[u32],
     ) -> Self {
+        let n = addrs.len();
         HostSet {
             name: name.into(),
             hosts: addrs.into_iter().map(Host::new).collect(),
             balance,
             attrs,
+            weights: weights_for(n, weights),
             next: AtomicUsize::new(0),
+            current: Mutex::new(vec![0; n]),
         }
     }
 
@@ -216,33 +256,91 @@ impl HostSet {
         addrs: &[ServerAddr],
         b: LoadBalanceHosts,
         a: TargetSessionAttrs,
+        weights: &[u32],
     ) -> bool {
         self.balance == b
             && self.attrs == a
             && self.hosts.len() == addrs.len()
             && self.hosts.iter().zip(addrs).all(|(h, a)| &h.addr == a)
+            && self.weights == weights_for(addrs.len(), weights)
     }
 
     /// Whether two sets send connections to the same places in the same way.
     pub fn same_as(&self, other: &HostSet) -> bool {
         let addrs: Vec<ServerAddr> = other.hosts.iter().map(|h| h.addr.clone()).collect();
-        self.same_config(&addrs, other.balance, other.attrs)
+        self.same_config(&addrs, other.balance, other.attrs, &other.weights)
+    }
+
+    fn weighted(&self) -> bool {
+        self.weights.iter().any(|&w| w != self.weights[0])
     }
 
     /// The hosts to try for one new connection, in order. round-robin starts each
-    /// connection one host further; disable (PgBouncer's semantics) stays on the host in
-    /// use until it fails, then moves on.
+    /// connection one host further (with weights, at the host smooth weighted round-robin
+    /// picks); disable (PgBouncer's semantics) stays on the host in use until it fails,
+    /// then moves on; least-outstanding (Weir's) starts at the host with the fewest open
+    /// server connections of the entry for its weight.
     fn order(&self) -> Vec<usize> {
         let n = self.hosts.len();
         let start = match self.balance {
-            LoadBalanceHosts::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed),
+            LoadBalanceHosts::RoundRobin if self.weighted() => self.smooth_pick(),
+            LoadBalanceHosts::RoundRobin | LoadBalanceHosts::LeastOutstanding => {
+                self.next.fetch_add(1, Ordering::Relaxed)
+            }
             LoadBalanceHosts::Disable => self.next.load(Ordering::Relaxed),
         } % n.max(1);
         let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
+        if self.balance == LoadBalanceHosts::LeastOutstanding {
+            let open = self.open_counts();
+            // Fewest per weight first (a/wa < b/wb, without division); the stable sort
+            // keeps the rotation among equals, so that ties take turns.
+            order.sort_by(|&a, &b| {
+                (open[a] * u64::from(self.weights[b])).cmp(&(open[b] * u64::from(self.weights[a])))
+            });
+        }
         // Hosts the checks took out of the rotation come last: tried only when no other
         // host will do, so that a failed check never leaves the pool with no host at all.
         order.sort_by_key(|&i| self.hosts[i].out_of_rotation());
         order
+    }
+
+    /// Smooth weighted round-robin: every host gains its weight, the one with the most
+    /// goes first and gives back the total. Over a cycle each host is first exactly
+    /// weight times, interleaved (3,1 gives a a b a ...).
+    fn smooth_pick(&self) -> usize {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let total: i64 = self.weights.iter().map(|&w| i64::from(w)).sum();
+        let mut best = 0;
+        for (i, c) in cur.iter_mut().enumerate() {
+            *c += i64::from(self.weights[i]);
+        }
+        for i in 1..cur.len() {
+            if cur[i] > cur[best] {
+                best = i;
+            }
+        }
+        if let Some(c) = cur.get_mut(best) {
+            *c -= total;
+        }
+        best
+    }
+
+    /// Open server connections of this entry per host (any state, and those being
+    /// opened), as SHOW HOSTS counts them.
+    fn open_counts(&self) -> Vec<u64> {
+        let mut open: Vec<u64> = self
+            .hosts
+            .iter()
+            .map(|h| h.opening.load(Ordering::Relaxed) as u64)
+            .collect();
+        SERVERS.for_each(|s| {
+            if s.entry() == Some(&*self.name) {
+                if let Some(i) = self.hosts.iter().position(|h| h.addr == s.addr) {
+                    open[i] += 1;
+                }
+            }
+        });
+        open
     }
 
     /// Whether the hosts are worth checking in the background: several of them, or a
@@ -273,14 +371,15 @@ pub fn for_database(
     addrs: Vec<ServerAddr>,
     balance: LoadBalanceHosts,
     attrs: TargetSessionAttrs,
+    weights: &[u32],
 ) -> Arc<HostSet> {
     let mut sets = sets();
     if let Some(s) = sets.get(name) {
-        if s.same_config(&addrs, balance, attrs) {
+        if s.same_config(&addrs, balance, attrs, weights) {
             return s.clone();
         }
     }
-    let s = Arc::new(HostSet::new(name, addrs, balance, attrs));
+    let s = Arc::new(HostSet::new(name, addrs, balance, attrs, weights));
     sets.insert(name.to_owned(), s.clone());
     s
 }
@@ -290,6 +389,50 @@ pub fn all() -> Vec<(String, Arc<HostSet>)> {
     let mut v: Vec<_> = sets().iter().map(|(k, s)| (k.clone(), s.clone())).collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
+}
+
+/// One host of one database entry as SHOW HOSTS and the dashboard show it.
+pub struct HostRow {
+    pub database: String,
+    pub set: Arc<HostSet>,
+    pub index: usize,
+    /// Its servers for this entry now, lent and idle.
+    pub active: u64,
+    pub idle: u64,
+}
+
+impl HostRow {
+    pub fn host(&self) -> &Host {
+        &self.set.hosts[self.index]
+    }
+}
+
+/// Every host of every known entry, by database name then host order, with its servers.
+pub fn rows() -> Vec<HostRow> {
+    let servers = SERVERS.snapshot();
+    let mut rows = Vec::new();
+    for (database, set) in all() {
+        for (index, h) in set.hosts.iter().enumerate() {
+            let (mut active, mut idle) = (0, 0);
+            for s in &servers {
+                if s.addr == h.addr && s.entry() == Some(&*database) {
+                    match s.state() {
+                        ServerState::Active => active += 1,
+                        ServerState::Idle => idle += 1,
+                        ServerState::Login => {}
+                    }
+                }
+            }
+            rows.push(HostRow {
+                database: database.clone(),
+                set: set.clone(),
+                index,
+                active,
+                idle,
+            });
+        }
+    }
+    rows
 }
 
 /// Forgets the host sets of database entries that are gone.
@@ -367,7 +510,9 @@ where
     let mut unfit = Vec::new();
     for i in set.order() {
         let host = &set.hosts[i];
-        let mut conn = match attempt(&host.addr).await {
+        let opening = Opening::new(&host.opening);
+        let attempted = attempt(&host.addr).await;
+        let mut conn = match attempted {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(addr = %host.addr, "server host failed: {e}");
@@ -377,6 +522,8 @@ where
             }
         };
         conn.info.0.set_entry(set.name.clone());
+        // From here on SERVERS counts it under the entry.
+        drop(opening);
         if set.attrs == TargetSessionAttrs::Any {
             host.logged_in(reported_role(&conn));
             set.settle(i);
@@ -449,6 +596,7 @@ mod tests {
             vec![addr(1), addr(2), addr(3)],
             LoadBalanceHosts::RoundRobin,
             TargetSessionAttrs::Any,
+            &[],
         );
         assert_eq!(rr.order(), vec![0, 1, 2]);
         assert_eq!(rr.order(), vec![1, 2, 0]);
@@ -458,11 +606,63 @@ mod tests {
             vec![addr(1), addr(2)],
             LoadBalanceHosts::Disable,
             TargetSessionAttrs::Any,
+            &[],
         );
         assert_eq!(d.order(), vec![0, 1]);
         assert_eq!(d.order(), vec![0, 1]);
         d.settle(1);
         assert_eq!(d.order(), vec![1, 0]);
+    }
+
+    #[test]
+    fn weights_interleave_in_proportion() {
+        let w = HostSet::new(
+            "w",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::RoundRobin,
+            TargetSessionAttrs::Any,
+            &[3, 1],
+        );
+        let firsts: Vec<usize> = (0..8).map(|_| w.order()[0]).collect();
+        assert_eq!(firsts, vec![0, 0, 1, 0, 0, 0, 1, 0]);
+        assert_eq!(w.order(), vec![0, 1], "the others follow the first");
+    }
+
+    #[test]
+    fn least_outstanding_goes_to_the_emptiest_host_for_its_weight() {
+        let lo = HostSet::new(
+            "unit-lo",
+            vec![addr(1), addr(2), addr(3)],
+            LoadBalanceHosts::LeastOutstanding,
+            TargetSessionAttrs::Any,
+            &[],
+        );
+        lo.hosts[0].opening.store(2, Ordering::Relaxed);
+        lo.hosts[1].opening.store(1, Ordering::Relaxed);
+        lo.hosts[2].opening.store(3, Ordering::Relaxed);
+        assert_eq!(lo.order(), vec![1, 0, 2]);
+        // Ties take turns.
+        lo.hosts[0].opening.store(1, Ordering::Relaxed);
+        let a = lo.order()[0];
+        let b = lo.order()[0];
+        assert!(a != b && a < 2 && b < 2, "{a} {b}");
+        // Out of the rotation: last, however empty.
+        lo.hosts[2].opening.store(0, Ordering::Relaxed);
+        lo.hosts[2].out.store(true, Ordering::Relaxed);
+        assert_eq!(lo.order()[2], 2);
+        // With weights 4,1: 3 open on the first is still less per weight than 1 on the second.
+        let lw = HostSet::new(
+            "unit-lw",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::LeastOutstanding,
+            TargetSessionAttrs::Any,
+            &[4, 1],
+        );
+        lw.hosts[0].opening.store(3, Ordering::Relaxed);
+        lw.hosts[1].opening.store(1, Ordering::Relaxed);
+        assert_eq!(lw.order(), vec![0, 1]);
+        lw.hosts[0].opening.store(5, Ordering::Relaxed);
+        assert_eq!(lw.order(), vec![1, 0]);
     }
 
     #[test]
@@ -496,12 +696,14 @@ mod tests {
             vec![addr(1), addr(2)],
             LoadBalanceHosts::RoundRobin,
             TargetSessionAttrs::Any,
+            &[],
         );
         let b = for_database(
             "unit-hosts",
             vec![addr(1), addr(2)],
             LoadBalanceHosts::RoundRobin,
             TargetSessionAttrs::Any,
+            &[],
         );
         assert!(Arc::ptr_eq(&a, &b));
         let c = for_database(
@@ -509,7 +711,16 @@ mod tests {
             vec![addr(1), addr(2)],
             LoadBalanceHosts::Disable,
             TargetSessionAttrs::Any,
+            &[],
         );
         assert!(!Arc::ptr_eq(&a, &c));
+        let d = for_database(
+            "unit-hosts",
+            vec![addr(1), addr(2)],
+            LoadBalanceHosts::Disable,
+            TargetSessionAttrs::Any,
+            &[2, 1],
+        );
+        assert!(!Arc::ptr_eq(&c, &d), "new weights make a new set");
     }
 }

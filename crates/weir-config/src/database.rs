@@ -37,6 +37,9 @@ pub struct Database {
     pub datestyle: Option<String>,
     pub timezone: Option<String>,
     pub load_balance_hosts: Option<LoadBalanceHosts>,
+    /// Weir's own: one weight per host (`host_weights=3,1`), each at least 1; round-robin
+    /// and least-outstanding share new server connections out in proportion. Empty: all 1.
+    pub host_weights: Vec<u32>,
     pub target_session_attrs: Option<TargetSessionAttrs>,
     /// PgBouncer treats 0 here as "not set", so 0 gives `None`.
     pub server_lifetime: Option<Duration>,
@@ -73,6 +76,13 @@ impl Database {
                 "{} ports given for {} hosts; give one port, or one per host",
                 db.port.len(),
                 db.host.len()
+            ));
+        }
+        if !db.host_weights.is_empty() && db.host_weights.len() != db.host.len().max(1) {
+            return Err(format!(
+                "{} host_weights given for {} hosts; give one weight per host",
+                db.host_weights.len(),
+                db.host.len().max(1)
             ));
         }
         Ok((db, given))
@@ -164,6 +174,13 @@ impl Database {
                 self.load_balance_hosts = Some(LoadBalanceHosts::parse(value)?);
                 "load_balance_hosts"
             }
+            "host_weights" => {
+                self.host_weights = split_list(value, "host weight")?
+                    .iter()
+                    .map(|w| parse_weight(w))
+                    .collect::<Result<_, _>>()?;
+                "host_weights"
+            }
             "target_session_attrs" => {
                 self.target_session_attrs = Some(TargetSessionAttrs::parse(value)?);
                 "target_session_attrs"
@@ -193,6 +210,17 @@ pub(crate) fn parse_port(raw: &str) -> Result<u16, String> {
     match decimal(raw) {
         Ok(p) if p > 0 => u16::try_from(p).map_err(|_| format!("invalid port \"{raw}\"")),
         _ => Err(format!("invalid port \"{raw}\"")),
+    }
+}
+
+/// A host weight: a whole number from 1 to 1000 (a larger spread would be better said
+/// with fewer hosts in the list).
+fn parse_weight(raw: &str) -> Result<u32, String> {
+    match decimal(raw) {
+        Ok(w) if (1..=1000).contains(&w) => Ok(w as u32),
+        _ => Err(format!(
+            "invalid host weight \"{raw}\": give a whole number from 1 to 1000"
+        )),
     }
 }
 
@@ -263,6 +291,28 @@ mod tests {
         assert!(Database::parse("port=65536").is_err());
         assert!(Database::parse("port=abc").is_err());
         assert!(Database::parse("host=a,,b").is_err());
+    }
+
+    #[test]
+    fn host_weights_one_per_host() {
+        let db = parse("host=a,b host_weights=3,1 load_balance_hosts=least-outstanding");
+        assert_eq!(db.host_weights, vec![3, 1]);
+        assert_eq!(
+            db.load_balance_hosts,
+            Some(LoadBalanceHosts::LeastOutstanding)
+        );
+        assert_eq!(parse("host=a").host_weights, Vec::<u32>::new());
+        assert_eq!(
+            Database::parse("host=a,b host_weights=3").unwrap_err(),
+            "1 host_weights given for 2 hosts; give one weight per host"
+        );
+        for bad in ["0,1", "-1,1", "x,1", "1,,1", "1001,1", "1.5,1"] {
+            let err = Database::parse(&format!("host=a,b host_weights={bad}")).unwrap_err();
+            assert!(
+                err.starts_with("parameter \"host_weights\""),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -78,7 +78,13 @@ lookup_enum! {
 
 lookup_enum! {
     /// Per-database `load_balance_hosts`; PgBouncer's default is `round-robin`.
-    LoadBalanceHosts { Disable = "disable", RoundRobin = "round-robin" }
+    /// `least-outstanding` is Weir's own: a new server connection goes to the host with
+    /// the fewest open server connections of the entry.
+    LoadBalanceHosts {
+        Disable = "disable",
+        RoundRobin = "round-robin",
+        LeastOutstanding = "least-outstanding",
+    }
 }
 
 lookup_enum! {

@@ -113,6 +113,8 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "datestyle",
     "dbname",
     "host",
+    // Weir's own (a weight per host), not a PgBouncer parameter.
+    "host_weights",
     "load_balance_hosts",
     "max_db_client_connections",
     "max_db_connections",
