@@ -6,25 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::console::*;
+use common::hosts::*;
 use common::http::http_get;
 use common::*;
-
-fn pair() -> (PgServer, PgServer) {
-    let primary = PgServer::start();
-    let replica = PgServer::replica_of(&primary);
-    assert!(replica.in_recovery() && !primary.in_recovery());
-    (primary, replica)
-}
-
-fn entry(ports: &[u16], extra: &str) -> String {
-    let hosts = vec!["127.0.0.1"; ports.len()].join(",");
-    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-    format!(
-        "host={hosts} port={} dbname=postgres {extra}",
-        ports.join(",")
-    )
-}
 
 /// Weir with fast checks (every 200 ms, down after 2 failures) and /metrics on `http`.
 fn weir(http: u16, entries: &[(&str, String)]) -> Weir {
@@ -41,28 +25,6 @@ fn weir(http: u16, entries: &[(&str, String)]) -> Weir {
         b = b.database(name, connstr);
     }
     b.start()
-}
-
-fn client(weir: &Weir, db: &str) -> RawConn {
-    RawConn::startup(weir.port(), "postgres", db, &[])
-        .unwrap_or_else(|e| panic!("login to {db} failed: {e:?}\n{}", weir.log_tail()))
-}
-
-fn show_hosts(weir: &Weir) -> Res {
-    let mut admin = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
-        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
-    ok(&mut admin, "SHOW HOSTS")
-}
-
-fn host_col(res: &Res, db: &str, port: u16, name: &str) -> Option<String> {
-    let (d, p, c) = (res.col("database"), res.col("port"), res.col(name));
-    let rows: Vec<_> = res
-        .rows
-        .iter()
-        .filter(|r| r[d].as_deref() == Some(db) && r[p].as_deref() == Some(&port.to_string()))
-        .collect();
-    assert_eq!(rows.len(), 1, "one row for {db} port {port}: {res:#?}");
-    rows[0][c].clone()
 }
 
 /// The value of `name{database="db",host="127.0.0.1",port="port"}` in /metrics.

@@ -4,26 +4,8 @@
 
 mod common;
 
-use common::console::*;
+use common::hosts::*;
 use common::*;
-
-/// A primary and its streaming replica.
-fn pair() -> (PgServer, PgServer) {
-    let primary = PgServer::start();
-    let replica = PgServer::replica_of(&primary);
-    assert!(replica.in_recovery() && !primary.in_recovery());
-    (primary, replica)
-}
-
-/// A `[databases]` entry over `ports` on 127.0.0.1, with extra parameters.
-fn entry(ports: &[u16], extra: &str) -> String {
-    let hosts = vec!["127.0.0.1"; ports.len()].join(",");
-    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-    format!(
-        "host={hosts} port={} dbname=postgres {extra}",
-        ports.join(",")
-    )
-}
 
 fn weir(entries: &[(&str, String)]) -> Weir {
     let mut b = Weir::builder()
@@ -37,11 +19,6 @@ fn weir(entries: &[(&str, String)]) -> Weir {
     b.start()
 }
 
-fn client(weir: &Weir, db: &str) -> RawConn {
-    RawConn::startup(weir.port(), "postgres", db, &[])
-        .unwrap_or_else(|e| panic!("login to {db} failed: {e:?}\n{}", weir.log_tail()))
-}
-
 /// The port of the server a client's session is on.
 fn server_port(c: &mut RawConn) -> u16 {
     c.query_one("select inet_server_port()").parse().unwrap()
@@ -52,24 +29,6 @@ fn server_port(c: &mut RawConn) -> u16 {
 fn ports_of_new_servers(weir: &Weir, db: &str, n: usize) -> Vec<u16> {
     let mut clients: Vec<RawConn> = (0..n).map(|_| client(weir, db)).collect();
     clients.iter_mut().map(server_port).collect()
-}
-
-fn show_hosts(weir: &Weir) -> Res {
-    let mut admin = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
-        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
-    ok(&mut admin, "SHOW HOSTS")
-}
-
-/// Column `name` of the SHOW HOSTS row for (database, port).
-fn host_col(res: &Res, db: &str, port: u16, name: &str) -> Option<String> {
-    let (d, p, c) = (res.col("database"), res.col("port"), res.col(name));
-    let rows: Vec<_> = res
-        .rows
-        .iter()
-        .filter(|r| r[d].as_deref() == Some(db) && r[p].as_deref() == Some(&port.to_string()))
-        .collect();
-    assert_eq!(rows.len(), 1, "one row for {db} port {port}: {res:#?}");
-    rows[0][c].clone()
 }
 
 #[test]

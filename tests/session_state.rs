@@ -6,36 +6,8 @@
 mod common;
 
 use common::console::*;
+use common::session::*;
 use common::*;
-
-fn pooled(pg: &PgServer, size: u32) -> Weir {
-    Weir::for_pg(pg)
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", size)
-        .set("admin_users", "postgres")
-        .start()
-}
-
-fn client(weir: &Weir) -> RawConn {
-    named_client(weir, "app")
-}
-
-fn named_client(weir: &Weir, app: &str) -> RawConn {
-    RawConn::startup(
-        weir.port(),
-        "postgres",
-        "postgres",
-        &[("application_name", app)],
-    )
-    .unwrap_or_else(|e| panic!("login failed: {e:?}"))
-}
-
-fn admin(weir: &Weir) -> RawConn {
-    RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
-        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
-}
-
-const DEFAULT_PATH: &str = "\"$user\", public";
 
 fn settings(c: &mut RawConn) -> (String, String, String) {
     (
@@ -268,23 +240,6 @@ async fn set_config_with_parameters() {
         .expect("a")
         .get(0);
     assert_eq!((va.as_str(), vb.as_str()), ("pg_catalog", DEFAULT_PATH));
-}
-
-fn pinned_of(weir: &Weir, app: &str) -> String {
-    let mut con = admin(weir);
-    let res = ok(&mut con, "SHOW CLIENTS");
-    res.get("application_name", app, "pinned")
-}
-
-/// The client has its reply before Weir has read back what the transaction left: the
-/// console shows it a moment later.
-fn assert_pinned(weir: &Weir, app: &str, want: &str) {
-    let mut seen = String::new();
-    let ok = eventually(std::time::Duration::from_secs(5), || {
-        seen = pinned_of(weir, app);
-        seen == want
-    });
-    assert!(ok, "{app} pinned by {seen:?}, expected {want:?}");
 }
 
 /// What cannot move keeps the client on its server until it lets go, and SHOW CLIENTS

@@ -7,35 +7,9 @@ mod common;
 
 use common::console::*;
 use common::proto::*;
+use common::session::*;
 use common::*;
 use std::time::Duration;
-
-fn pooled(pg: &PgServer, size: u32) -> Weir {
-    Weir::for_pg(pg)
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", size)
-        .set("admin_users", "postgres")
-        .start()
-}
-
-fn named_client(weir: &Weir, app: &str) -> RawConn {
-    RawConn::startup(
-        weir.port(),
-        "postgres",
-        "postgres",
-        &[("application_name", app)],
-    )
-    .unwrap_or_else(|e| panic!("login failed: {e:?}"))
-}
-
-fn client(weir: &Weir) -> RawConn {
-    named_client(weir, "app")
-}
-
-fn admin(weir: &Weir) -> RawConn {
-    RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
-        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
-}
 
 fn exec(c: &mut RawConn, sql: &str) {
     c.simple_query(sql)
@@ -46,24 +20,6 @@ fn custom(c: &mut RawConn, name: &str) -> String {
     c.query_one(&format!(
         "select coalesce(current_setting('{name}', true), '')"
     ))
-}
-
-const DEFAULT_PATH: &str = "\"$user\", public";
-
-fn pinned_of(weir: &Weir, app: &str) -> String {
-    let mut con = admin(weir);
-    ok(&mut con, "SHOW CLIENTS").get("application_name", app, "pinned")
-}
-
-/// The console shows a pin once Weir has read back what the transaction left, which is
-/// a moment after the client has its reply.
-fn assert_pinned(weir: &Weir, app: &str, want: &str) {
-    let mut seen = String::new();
-    let ok = eventually(Duration::from_secs(5), || {
-        seen = pinned_of(weir, app);
-        seen == want
-    });
-    assert!(ok, "{app} pinned by {seen:?}, expected {want:?}");
 }
 
 /// Every spelling of set_config(name, value, false) PostgreSQL accepts is a session

@@ -15,9 +15,11 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod console;
+pub mod hosts;
 pub mod http;
 pub mod pg;
 pub mod proto;
+pub mod session;
 pub mod tls;
 pub mod weir;
 
