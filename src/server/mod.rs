@@ -148,7 +148,38 @@ impl ServerConn {
     }
 
     /// As `run_internal`, collecting the rows of a query whose columns are text.
+    ///
+    /// Weir's queries on a client's behalf start by turning its timeouts off (gucs::GUARD),
+    /// but that first statement, and a read-back before it, still run under the client's
+    /// statement_timeout, however short. Cut by it (57014), the query left the server idle
+    /// and unchanged (its implicit transaction rolled back), and is run again.
     pub async fn query_rows(
+        &mut self,
+        sql: &str,
+        timeout: Duration,
+        mut rows: Option<&mut Vec<Vec<Option<String>>>>,
+    ) -> Result<(), ConnectError> {
+        const CANCELED_RETRIES: u32 = 10;
+        let mut attempts = 0;
+        loop {
+            if let Some(r) = rows.as_deref_mut() {
+                r.clear();
+            }
+            match self
+                .query_rows_once(sql, timeout, rows.as_deref_mut())
+                .await
+            {
+                Err(ConnectError::Server(e))
+                    if e.code == "57014" && attempts < CANCELED_RETRIES =>
+                {
+                    attempts += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn query_rows_once(
         &mut self,
         sql: &str,
         timeout: Duration,
