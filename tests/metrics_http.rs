@@ -305,6 +305,17 @@ async fn metrics_follow_transactions_errors_and_reloads() {
     assert!(servers >= 1, "{host}");
 }
 
+/// Whether /readyz answers `status` within 15 s, and its last answer ("status body").
+fn readyz_turns(http: u16, status: u16) -> (bool, String) {
+    let mut last = String::new();
+    let turned = eventually(Duration::from_secs(15), || {
+        let r = get(http, "/readyz");
+        last = format!("{} {}", r.status, r.body);
+        r.status == status
+    });
+    (turned, last)
+}
+
 #[test]
 fn healthz_and_readyz_follow_postgres() {
     let mut pg = PgServer::start();
@@ -320,12 +331,7 @@ fn healthz_and_readyz_follow_postgres() {
     assert_eq!(get(http, "/nosuchpage").status, 404);
 
     pg.stop();
-    let mut last = String::new();
-    let unready = eventually(Duration::from_secs(15), || {
-        let r = get(http, "/readyz");
-        last = format!("{} {}", r.status, r.body);
-        r.status == 503
-    });
+    let (unready, last) = readyz_turns(http, 503);
     assert!(unready, "readyz stayed ready with PostgreSQL down: {last}");
     assert!(
         last.contains("postgres"),
@@ -382,12 +388,7 @@ fn readyz_with_several_hosts_needs_one() {
     );
 
     pg.stop();
-    let mut last = String::new();
-    let unready = eventually(Duration::from_secs(15), || {
-        let r = get(http, "/readyz");
-        last = format!("{} {}", r.status, r.body);
-        r.status == 503
-    });
+    let (unready, last) = readyz_turns(http, 503);
     assert!(unready, "readyz stayed ready with no host up: {last}");
     assert!(
         last.contains(&dead.to_string()) && last.contains(&pg.port().to_string()),
