@@ -184,6 +184,7 @@ impl App {
             limits,
         );
         let pool = Pool::new(db_name.to_owned(), server_user.clone(), settings);
+        self.sync_reader(&pool);
         pools
             .entry(db_name.to_owned())
             .or_default()
@@ -232,6 +233,50 @@ impl App {
         }
     }
 
+    /// A split pool has a pool of reads beside it, with settings that follow its own.
+    fn sync_reader(&self, pool: &Arc<Pool>) {
+        let settings = pool.settings();
+        if settings.split.is_none() {
+            if let Some(r) = pool.reader.swap(None) {
+                // Its servers are closed as they are given back; its clients moved on.
+                let mut s = (**r.settings()).clone();
+                s.min_pool_size = 0;
+                s.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
+                r.update_settings(s);
+            }
+            return;
+        }
+        match pool.reader.load_full() {
+            Some(r) => {
+                let old = r.settings().target.generation;
+                let mut s = reader_settings(&settings, old);
+                if !same_target(&s.target, &r.settings().target) {
+                    s.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
+                }
+                r.update_settings(s);
+            }
+            None => {
+                let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+                let r = Pool::with_role(
+                    pool.database.clone(),
+                    pool.user.clone(),
+                    reader_settings(&settings, generation),
+                    true,
+                );
+                pool.reader.store(Some(r));
+            }
+        }
+    }
+
+    /// Every pool and every pool of reads (PAUSE, RECONNECT, KILL and the host checks
+    /// act on both).
+    pub fn all_pools_with_readers(&self) -> Vec<Arc<Pool>> {
+        let mut v = self.all_pools();
+        let readers: Vec<_> = v.iter().filter_map(|p| p.reader.load_full()).collect();
+        v.extend(readers);
+        v
+    }
+
     /// Every pool, for the admin console and metrics.
     pub fn all_pools(&self) -> Vec<Arc<Pool>> {
         self.pools()
@@ -271,9 +316,11 @@ impl App {
                 settings.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
             }
             pool.update_settings(settings);
+            self.sync_reader(&pool);
         }
         crate::conn_log::configure(&snap.config.general);
         crate::server::hosts::retain(|name| snap.resolve_database(name).is_some());
+        crate::split::retain(|name| snap.resolve_database(name).is_some());
         self.snapshot.store(Arc::new(snap));
         self.open_forced_pools();
     }
@@ -282,6 +329,7 @@ impl App {
 fn same_target(a: &ServerTarget, b: &ServerTarget) -> bool {
     a.addr == b.addr
         && a.hosts.same_as(&b.hosts)
+        && a.attrs == b.attrs
         && a.user == b.user
         && a.database == b.database
         && a.secret == b.secret
@@ -319,8 +367,7 @@ pub fn host_set(name: &str, db: &Database) -> Arc<crate::server::hosts::HostSet>
         server_addrs(db),
         db.load_balance_hosts
             .unwrap_or(weir_config::LoadBalanceHosts::RoundRobin),
-        db.target_session_attrs
-            .unwrap_or(weir_config::TargetSessionAttrs::Any),
+        write_attrs(db),
         &db.host_weights,
     )
 }
@@ -385,6 +432,7 @@ fn pool_settings(
         target: ServerTarget {
             addr: server_addr(db),
             hosts: host_set(name, db),
+            attrs: write_attrs(db),
             user: server_user.to_owned(),
             database: server_db.to_owned(),
             secret,
@@ -415,5 +463,33 @@ fn pool_settings(
         server_reset_query: g.server_reset_query.clone().unwrap_or_default(),
         server_reset_query_always: g.server_reset_query_always,
         round_robin: g.server_round_robin,
+        split: splits(snap, db, server_user)
+            .then(|| crate::split::entry(name, db.max_replica_lag.unwrap_or(g.max_replica_lag))),
     }
+}
+
+/// Whether a database entry's pools split reads from writes: asked for, in a pooled mode
+/// (in session mode a client keeps its server, there is nothing to route).
+fn splits(snap: &Snapshot, db: &Database, server_user: &str) -> bool {
+    db.read_write_split && snap.pool_mode(db, server_user) != PoolMode::Session
+}
+
+/// What a host must be for a pool's connections: the entry's target_session_attrs, but a
+/// split entry's own pool is for writes, and goes to a writable host.
+fn write_attrs(db: &Database) -> weir_config::TargetSessionAttrs {
+    use weir_config::TargetSessionAttrs as A;
+    let attrs = db.target_session_attrs.unwrap_or(A::Any);
+    match attrs {
+        A::ReadWrite | A::Primary => attrs,
+        _ if db.read_write_split => A::ReadWrite,
+        _ => attrs,
+    }
+}
+
+/// The settings of a split entry's pool of reads: its main pool's, reaching for standbys.
+fn reader_settings(main: &PoolSettings, generation: u64) -> PoolSettings {
+    let mut s = main.clone();
+    s.target.attrs = weir_config::TargetSessionAttrs::PreferStandby;
+    s.target.generation = generation;
+    s
 }

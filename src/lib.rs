@@ -24,6 +24,7 @@ mod prepared;
 mod protocol;
 mod registry;
 mod server;
+mod split;
 mod sql;
 mod stats;
 mod stream;

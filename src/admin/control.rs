@@ -90,7 +90,7 @@ fn target(app: &App, arg: &str, what: &str) -> Result<(), String> {
 }
 
 fn pools_of(app: &App, db: Option<&str>) -> Vec<Arc<Pool>> {
-    app.all_pools()
+    app.all_pools_with_readers()
         .into_iter()
         .filter(|p| db.is_none_or(|d| p.database == d))
         .collect()

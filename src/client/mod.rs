@@ -8,6 +8,7 @@ pub mod park;
 mod prepare;
 pub(crate) use prepare::client_wants;
 mod relay;
+mod route;
 mod state;
 
 use std::pin::Pin;
@@ -128,6 +129,7 @@ pub struct Session {
     /// between transactions. LISTENING: it listens through its pool's hub (see listen),
     /// notifications are passed on. One byte for both: an idle client pays for the
     /// session's size.
+    /// Its two high bits: read_write_split's route of the lent server (see route).
     ties: u8,
     client: ClientHandle,
     /// Counted in the pool's clients for as long as the session lives.
@@ -188,6 +190,8 @@ struct Extras {
     touched_names: Vec<String>,
     /// The bind parameters of the unnamed statement that name settings (see state).
     unnamed_params: Vec<u16>,
+    /// read_write_split: the client committed a write the standbys may not have yet.
+    pending_write: Option<crate::split::lsn::Pending>,
 }
 
 impl Extras {
@@ -197,6 +201,7 @@ impl Extras {
             && self.requested.is_none()
             && self.scram_keys.is_none()
             && self.timer.is_none()
+            && self.pending_write.is_none()
     }
 }
 
@@ -427,6 +432,7 @@ async fn start(
             startup_gucs: settings,
             touched_names: Vec::new(),
             unnamed_params: Vec::new(),
+            pending_write: None,
         })),
     };
     Some(session)
@@ -489,6 +495,9 @@ impl Session {
                 Err(e) => return Some(Box::pin(self.refuse(e)).await),
             }
         };
+        if lease.is_some() && self.pool.settings().split.is_some() {
+            self.set_route(route::READ_ON_PRIMARY);
+        }
         loop {
             let held = match lease.take() {
                 Some(l) => l,
@@ -588,6 +597,7 @@ impl Session {
                 return Some("client unexpected eof".into());
             }
         };
+        self.note_write();
         self.client.0.set_idle();
         held.info.0.set_idle();
         if self.prepared_cap != 0 {
@@ -839,10 +849,19 @@ impl Session {
     /// Checks out a server, noticing meanwhile if the client goes away. `Err(None)` means it
     /// did: there is no one left to tell.
     async fn acquire(&mut self) -> Result<Lease, Option<PgError>> {
-        if let Some(lease) = self.pool.try_checkout_idle() {
+        let routed = self.route_request();
+        let pool = match routed {
+            Some(p) => p,
+            None => {
+                if let Some(lease) = self.pool.try_checkout_idle() {
+                    return Ok(lease);
+                }
+                self.pool.clone()
+            }
+        };
+        if let Some(lease) = pool.try_checkout_idle() {
             return Ok(lease);
         }
-        let pool = self.pool.clone();
         let keys = self.scram_keys();
         Box::pin(self.wait_for_server(&pool, &keys)).await
     }

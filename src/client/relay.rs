@@ -304,6 +304,11 @@ impl Session {
                     return Err(PgError::fatal("08P01", "bad packet header"))
                 }
             };
+            if self.route() >= super::route::READ_ON_PRIMARY && self.hold_for_primary(&frame) {
+                self.cframe.truncate(frame.start);
+                self.held_back = true;
+                return Ok(());
+            }
             if pooled && matches!(frame.tag, b'Q' | b'P' | b'B') {
                 self.note_effects(&frame);
             }

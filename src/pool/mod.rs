@@ -53,6 +53,9 @@ pub struct PoolSettings {
     pub server_check_delay: Duration,
     pub round_robin: bool,
     pub limits: Limits,
+    /// read_write_split: what the database entry's routing knows (see split); None when
+    /// the entry does not split, or the pool mode keeps a server for the whole session.
+    pub split: Option<Arc<crate::split::Entry>>,
 }
 
 enum Grant {
@@ -103,10 +106,26 @@ pub struct Pool {
     pub pinned: AtomicUsize,
     settings: ArcSwap<PoolSettings>,
     state: Mutex<PoolState>,
+    /// With read_write_split: the pool of the same database and user whose servers are on
+    /// standbys (set by App); this pool's own go to the primary.
+    pub reader: arc_swap::ArcSwapOption<Pool>,
+    /// This is such a pool of reads. Not listed in SHOW POOLS, whose rows exporters key by
+    /// database and user; its servers are in SHOW SERVERS and SHOW HOSTS.
+    pub reads: bool,
 }
 
 impl Pool {
     pub fn new(database: String, user: String, settings: PoolSettings) -> Arc<Pool> {
+        Pool::with_role(database, user, settings, false)
+    }
+
+    /// A pool, or with `reads` the pool of reads of a split database (see `reader`).
+    pub fn with_role(
+        database: String,
+        user: String,
+        settings: PoolSettings,
+        reads: bool,
+    ) -> Arc<Pool> {
         let limits = settings.limits.clone();
         let pool = Arc::new(Pool {
             database,
@@ -116,6 +135,8 @@ impl Pool {
             pinned: AtomicUsize::new(0),
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(PoolState::default()),
+            reader: arc_swap::ArcSwapOption::empty(),
+            reads,
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

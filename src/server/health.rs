@@ -89,7 +89,7 @@ fn schedule(app: &App) {
     }
     // The pools of each host set, in one pass over the pools.
     let mut by_set: HashMap<*const HostSet, Vec<Arc<Pool>>> = HashMap::new();
-    for p in app.all_pools() {
+    for p in app.all_pools_with_readers() {
         let key = Arc::as_ptr(&p.settings().target.hosts);
         by_set.entry(key).or_default().push(p);
     }
@@ -97,7 +97,7 @@ fn schedule(app: &App) {
         // The checks log in as one of the entry's pools does; an entry no client has used
         // yet has no pool, and nothing to check for.
         let mine = by_set.remove(&Arc::as_ptr(&set)).unwrap_or_default();
-        let Some(first) = mine.first() else {
+        let Some(first) = mine.iter().find(|p| !p.reads) else {
             continue;
         };
         let (target, scram) = (first.settings().target.clone(), first.scram_keys());
@@ -138,7 +138,7 @@ async fn check(
             if before != role && before != Role::Unknown {
                 tracing::warn!(database = %set.name, addr = %host.addr, "host role changed from {} to {}", before.as_str(), role.as_str());
             }
-            sweep(&set, &host.addr, session, &pools);
+            sweep(&host.addr, session, lag, &pools);
             policy.interval
         }
         // Refused credentials (say a pool whose password is learnt from its clients and
@@ -160,20 +160,38 @@ async fn check(
     host.checking.store(false, Ordering::Release);
 }
 
-/// A host that no longer fits target_session_attrs (a standby promoted under a standby
-/// or read-only entry): its idle servers are closed, so that they are not lent again.
-/// At every check, so that servers lent when the role changed are closed once they are
-/// given back. prefer-standby keeps them: a primary is its fallback.
-fn sweep(set: &HostSet, addr: &super::ServerAddr, session: Session, pools: &[Arc<Pool>]) {
-    if super::hosts::fits(set.attrs, session) || set.attrs == TargetSessionAttrs::PreferStandby {
-        return;
-    }
-    let reason = format!(
-        "host is {} (target_session_attrs={})",
-        session.role.as_str(),
-        set.attrs.as_str()
-    );
+/// A host that no longer fits a pool's target_session_attrs (a standby promoted under a
+/// standby or read-only entry, a primary that came back as a standby): the pool's idle
+/// servers there are closed, so that they are not lent again. At every check, so that
+/// servers lent when the role changed are closed once they are given back.
+/// prefer-standby keeps them (a primary is its fallback), except in a split entry's pool
+/// of reads, which keeps only servers on standbys within max_replica_lag.
+fn sweep(addr: &super::ServerAddr, session: Session, lag: Option<f64>, pools: &[Arc<Pool>]) {
     for p in pools {
+        let settings = p.settings();
+        let attrs = settings.target.attrs;
+        let reason = if p.reads {
+            let max = settings
+                .split
+                .as_ref()
+                .and_then(|s| s.max_lag())
+                .map(|d| d.as_secs_f64());
+            match (session.role, lag, max) {
+                (Role::Standby, Some(l), Some(m)) if l > m => {
+                    format!("replication lag {l:.1}s is over max_replica_lag ({m}s)")
+                }
+                (Role::Standby, _, _) => continue,
+                _ => format!("host is {} (reads go to standbys)", session.role.as_str()),
+            }
+        } else if super::hosts::fits(attrs, session) || attrs == TargetSessionAttrs::PreferStandby {
+            continue;
+        } else {
+            format!(
+                "host is {} (target_session_attrs={})",
+                session.role.as_str(),
+                attrs.as_str()
+            )
+        };
         p.close_idle_at(addr, &reason);
     }
 }

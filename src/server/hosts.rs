@@ -497,6 +497,7 @@ fn reported_role(conn: &ServerConn) -> Role {
 /// login and fits `target_session_attrs`. `attempt` opens one connection to one address.
 pub async fn connect<F, Fut>(
     set: &HostSet,
+    attrs: TargetSessionAttrs,
     timeout: std::time::Duration,
     mut attempt: F,
 ) -> Result<ServerConn, ConnectError>
@@ -524,7 +525,7 @@ where
         conn.info.0.set_entry(set.name.clone());
         // From here on SERVERS counts it under the entry.
         drop(opening);
-        if set.attrs == TargetSessionAttrs::Any {
+        if attrs == TargetSessionAttrs::Any {
             host.logged_in(reported_role(&conn));
             set.settle(i);
             return Ok(conn);
@@ -538,7 +539,7 @@ where
             }
         };
         host.logged_in(session.role);
-        if fits(set.attrs, session) {
+        if fits(attrs, session) {
             set.settle(i);
             if let Some((_, spare)) = fallback {
                 tokio::spawn(spare.terminate());
@@ -550,12 +551,9 @@ where
             _ if session.read_only => "session is read-only",
             _ => "server is not in hot standby mode",
         };
-        host.set_error(format!(
-            "{what} (target_session_attrs={})",
-            set.attrs.as_str()
-        ));
+        host.set_error(format!("{what} (target_session_attrs={})", attrs.as_str()));
         unfit.push(host.addr.to_string());
-        if set.attrs == TargetSessionAttrs::PreferStandby && fallback.is_none() {
+        if attrs == TargetSessionAttrs::PreferStandby && fallback.is_none() {
             fallback = Some((i, conn));
         } else {
             tokio::spawn(conn.terminate());
@@ -570,7 +568,7 @@ where
             "08001",
             format!(
                 "no server host fits target_session_attrs={} (tried {})",
-                set.attrs.as_str(),
+                attrs.as_str(),
                 unfit.join(", ")
             ),
         )));

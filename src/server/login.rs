@@ -29,6 +29,9 @@ pub struct ServerTarget {
     pub addr: ServerAddr,
     /// All the entry's hosts and how to choose among them.
     pub hosts: std::sync::Arc<super::hosts::HostSet>,
+    /// What a host must be for this pool's connections: the entry's target_session_attrs,
+    /// or for a split entry a writable host (its pool of reads: prefer-standby).
+    pub attrs: weir_config::TargetSessionAttrs,
     pub user: String,
     pub database: String,
     /// The password or stored secret to answer the server's challenge with.
@@ -229,17 +232,22 @@ pub async fn connect(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
 ) -> Result<ServerConn, ConnectError> {
-    super::hosts::connect(&target.hosts, target.connect_timeout, |addr| {
-        let mut one = target.clone();
-        one.addr = addr.clone();
-        let keys = scram_keys.clone();
-        async move {
-            match crate::timers::timeout(one.connect_timeout, connect_inner(&one, keys)).await {
-                Ok(r) => r,
-                Err(_) => Err(ConnectError::Timeout),
+    super::hosts::connect(
+        &target.hosts,
+        target.attrs,
+        target.connect_timeout,
+        |addr| {
+            let mut one = target.clone();
+            one.addr = addr.clone();
+            let keys = scram_keys.clone();
+            async move {
+                match crate::timers::timeout(one.connect_timeout, connect_inner(&one, keys)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(ConnectError::Timeout),
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 

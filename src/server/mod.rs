@@ -22,7 +22,7 @@ use crate::protocol::{messages, PgError};
 use crate::registry::servers::ServerHandle;
 use crate::stream::Stream;
 
-pub use login::{connect, ConnectError, Login, ServerTarget};
+pub use login::{connect, connect_one, ConnectError, Login, ServerTarget};
 pub use weir_auth::scram::Credential as ScramCredential;
 
 /// Where a server listens.

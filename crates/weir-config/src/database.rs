@@ -41,6 +41,12 @@ pub struct Database {
     /// and least-outstanding share new server connections out in proportion. Empty: all 1.
     pub host_weights: Vec<u32>,
     pub target_session_attrs: Option<TargetSessionAttrs>,
+    /// Weir's own: send reads outside explicit write transactions to the standbys
+    /// (`read_write_split=1`), writes to the primary. Pooled modes only.
+    pub read_write_split: bool,
+    /// Weir's own: a standby further behind than this gets no reads (`None`: the global
+    /// `max_replica_lag`).
+    pub max_replica_lag: Option<Duration>,
     /// PgBouncer treats 0 here as "not set", so 0 gives `None`.
     pub server_lifetime: Option<Duration>,
     /// `-1` (not set) gives `None`; 0 disables the timeout.
@@ -184,6 +190,14 @@ impl Database {
             "target_session_attrs" => {
                 self.target_session_attrs = Some(TargetSessionAttrs::parse(value)?);
                 "target_session_attrs"
+            }
+            "read_write_split" => {
+                self.read_write_split = crate::value::parse_bool(value)?;
+                "read_write_split"
+            }
+            "max_replica_lag" => {
+                self.max_replica_lag = time(value)?;
+                "max_replica_lag"
             }
             "server_lifetime" => {
                 self.server_lifetime = time(value)?.filter(|d| !d.is_zero());

@@ -53,6 +53,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "max_db_connections",
     "max_packet_size",
     "max_prepared_statements",
+    // Weir's own (read/write splitting), not a PgBouncer option.
+    "max_replica_lag",
     "max_user_client_connections",
     "max_user_connections",
     "min_pool_size",
@@ -118,11 +120,14 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "load_balance_hosts",
     "max_db_client_connections",
     "max_db_connections",
+    // Weir's own (read/write splitting), not PgBouncer parameters.
+    "max_replica_lag",
     "min_pool_size",
     "password",
     "pool_mode",
     "pool_size",
     "port",
+    "read_write_split",
     "reserve_pool",
     "reserve_pool_size",
     "server_lifetime",

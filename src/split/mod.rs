@@ -1,0 +1,210 @@
+//! Read/write splitting (`read_write_split=1` in a database entry, pooled modes): each
+//! request is classified when the client asks for a server (`verdicts`, with
+//! PostgreSQL's own parser), and a read outside a write transaction goes to the entry's
+//! pool of reads, whose servers are on standbys; anything else to the primary.
+//!
+//! A read stays on the primary when no standby is fit for reads (up, in the rotation,
+//! within max_replica_lag), and, for a client that just committed a write, until the
+//! standbys have replayed it (`lsn`).
+
+pub mod classify;
+pub mod functions;
+pub mod lsn;
+pub mod verdicts;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+pub use classify::Class;
+
+use crate::pool::Pool;
+use crate::registry::now_micros;
+use crate::server::hosts::{Host, HostSet, Role};
+
+/// The function list is read again at most this often, when a read calls a function it
+/// does not know (one created since).
+const FUNCTIONS_REFRESH: Duration = Duration::from_secs(60);
+
+/// What routing knows of one split database entry; kept across reloads.
+#[derive(Debug)]
+pub struct Entry {
+    pub name: Arc<str>,
+    pub functions: functions::SafeFunctions,
+    /// When the function list was last asked for (µs since the epoch; 0: never).
+    functions_at: AtomicU64,
+    loading: AtomicBool,
+    /// max_replica_lag in ms; 0: no limit.
+    max_lag_ms: AtomicU64,
+    pub lsn: lsn::Watch,
+}
+
+static ENTRIES: LazyLock<Mutex<HashMap<String, Arc<Entry>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The routing state of a split entry, created on first use.
+pub fn entry(name: &str, max_lag: Duration) -> Arc<Entry> {
+    let mut map = ENTRIES.lock().unwrap_or_else(|p| p.into_inner());
+    let e = map
+        .entry(name.to_owned())
+        .or_insert_with(|| {
+            Arc::new(Entry {
+                name: name.into(),
+                functions: Default::default(),
+                functions_at: AtomicU64::new(0),
+                loading: AtomicBool::new(false),
+                max_lag_ms: AtomicU64::new(0),
+                lsn: Default::default(),
+            })
+        })
+        .clone();
+    e.max_lag_ms
+        .store(max_lag.as_millis() as u64, Ordering::Relaxed);
+    e
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Primary,
+    Standby,
+}
+
+impl Entry {
+    pub fn max_lag(&self) -> Option<Duration> {
+        match self.max_lag_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// A standby reads may go to: up, in the rotation, known to be a standby, and within
+    /// max_replica_lag.
+    pub fn fit_for_reads(&self, h: &Host) -> bool {
+        h.role() == Role::Standby
+            && h.state() == "up"
+            && !h.out_of_rotation()
+            && match (self.max_lag(), h.lag()) {
+                (Some(max), Some(lag)) => lag <= max.as_secs_f64(),
+                _ => true,
+            }
+    }
+
+    /// The class of a request whose verdicts were `class` with `calls`: a read calling a
+    /// function not known to be read-only is a write. A function not known asks for the
+    /// database's list (again, if it was read long enough ago).
+    pub fn read_or_write(&self, calls: &[Box<str>], pool: &Arc<Pool>) -> Class {
+        let at = self.functions_at.load(Ordering::Relaxed);
+        if self.functions.all_safe(calls) {
+            if at == 0 {
+                self.load_functions(pool);
+            }
+            return Class::Read;
+        }
+        let stale = now_micros().saturating_sub(at) > FUNCTIONS_REFRESH.as_micros() as u64;
+        if at == 0 || stale {
+            self.load_functions(pool);
+        }
+        Class::Write
+    }
+
+    fn load_functions(&self, pool: &Arc<Pool>) {
+        if self.loading.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.functions_at.store(now_micros(), Ordering::Relaxed);
+        let settings = pool.settings();
+        let (target, scram) = (settings.target.clone(), pool.scram_keys());
+        let Some(me) = entries_get(&self.name) else {
+            self.loading.store(false, Ordering::Release);
+            return;
+        };
+        tokio::spawn(async move {
+            match read_functions(&target, scram).await {
+                Ok(names) => {
+                    tracing::debug!(database = %me.name, "read_write_split: {} read-only function names", names.len());
+                    me.functions.learn(names);
+                }
+                Err(e) => {
+                    tracing::warn!(database = %me.name, "read_write_split: could not read the function list: {e}");
+                }
+            }
+            me.loading.store(false, Ordering::Release);
+        });
+    }
+
+    /// Where a request of class `class` goes, for a client that may be waiting to read
+    /// its own write (`pending`, cleared once the standbys have it).
+    pub fn route(
+        self: &Arc<Self>,
+        class: Class,
+        set: &HostSet,
+        pending: &mut Option<lsn::Pending>,
+        pool: &Arc<Pool>,
+    ) -> Route {
+        if class == Class::Write {
+            return Route::Primary;
+        }
+        let mut standbys = set
+            .hosts
+            .iter()
+            .filter(|h| self.fit_for_reads(h))
+            .peekable();
+        if standbys.peek().is_none() {
+            return Route::Primary;
+        }
+        let Some(p) = pending.as_mut() else {
+            return Route::Standby;
+        };
+        let me = self.clone();
+        let start = || {
+            let settings = pool.settings();
+            let (target, scram) = (settings.target.clone(), pool.scram_keys());
+            tokio::spawn(lsn::run(me, target, scram));
+        };
+        if self.lsn.caught_up(p, standbys.map(|h| &h.addr), start) {
+            *pending = None;
+            Route::Standby
+        } else {
+            Route::Primary
+        }
+    }
+}
+
+fn entries_get(name: &str) -> Option<Arc<Entry>> {
+    ENTRIES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
+}
+
+/// Forgets the entries that are gone from the configuration.
+pub fn retain(keep: impl Fn(&str) -> bool) {
+    ENTRIES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|name, _| keep(name));
+}
+
+async fn read_functions(
+    target: &crate::server::ServerTarget,
+    scram: Option<crate::server::ScramCredential>,
+) -> Result<Vec<String>, crate::server::ConnectError> {
+    let mut conn = crate::server::connect(target, scram).await?;
+    let mut rows = Vec::new();
+    let r = conn
+        .query_rows(
+            functions::CATALOG_SQL,
+            Duration::from_secs(10),
+            Some(&mut rows),
+        )
+        .await;
+    tokio::spawn(conn.terminate());
+    r?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect())
+}

@@ -1,0 +1,309 @@
+//! Verdicts kept per statement text, so that a statement is parsed once per worker, not
+//! once per run. The key is the text with its literals blanked out, comments and
+//! repeated spaces dropped and letters outside quotes folded: `SELECT * FROM t WHERE
+//! id = 42` and `select * from t where id = 7` are one entry (no literal value changes
+//! what a statement may write), so queries that inline their values hit the cache too.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+#[cfg(test)]
+use super::classify::Class;
+use super::classify::{classify, Verdict};
+
+/// Entries per worker thread; the map starts again empty when it is full (the statements
+/// an application runs are usually a few hundred).
+const CAPACITY: usize = 8192;
+/// A text longer than this that does not start with a write is not parsed: it goes to the
+/// primary (parsing megabytes on every run, uncached, would cost more than the standby
+/// saves).
+pub const MAX_PARSED: usize = 64 * 1024;
+
+thread_local! {
+    static CACHE: RefCell<HashMap<Box<[u8]>, Rc<Verdict>>> = RefCell::new(HashMap::new());
+    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The verdict on a query string (without its NUL): from the first word when that says
+/// write, else from the cache, else parsed.
+pub fn verdict(sql: &[u8]) -> Rc<Verdict> {
+    thread_local! {
+        static WRITE: Rc<Verdict> = Rc::new(Verdict::write());
+    }
+    if starts_with_write(sql) || sql.len() > MAX_PARSED {
+        return WRITE.with(Rc::clone);
+    }
+    KEY.with(|k| {
+        let mut key = k.borrow_mut();
+        key.clear();
+        normalize(sql, &mut key);
+        if let Some(v) = CACHE.with(|c| c.borrow().get(key.as_slice()).cloned()) {
+            return v;
+        }
+        let v = Rc::new(match std::str::from_utf8(sql) {
+            Ok(text) => classify(text),
+            Err(_) => Verdict::write(),
+        });
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= CAPACITY {
+                c.clear();
+            }
+            c.insert(key.as_slice().into(), v.clone());
+        });
+        v
+    })
+}
+
+/// Statements that write whatever follows their first word: no need to parse them.
+fn starts_with_write(sql: &[u8]) -> bool {
+    let mut i = 0;
+    loop {
+        match sql.get(i) {
+            Some(c) if c.is_ascii_whitespace() || *c == b'(' => i += 1,
+            Some(b'-') if sql.get(i + 1) == Some(&b'-') => {
+                while sql.get(i).is_some_and(|&c| c != b'\n') {
+                    i += 1;
+                }
+            }
+            Some(b'/') if sql.get(i + 1) == Some(&b'*') => i = skip_comment(sql, i),
+            _ => break,
+        }
+    }
+    let start = i;
+    while sql.get(i).is_some_and(u8::is_ascii_alphabetic) {
+        i += 1;
+    }
+    if sql.get(i).is_some_and(|&c| is_ident(c)) {
+        return false;
+    }
+    let word = &sql[start..i];
+    const WRITES: &[&[u8]] = &[
+        b"insert",
+        b"update",
+        b"delete",
+        b"merge",
+        b"create",
+        b"alter",
+        b"drop",
+        b"truncate",
+        b"grant",
+        b"revoke",
+        b"vacuum",
+        b"analyze",
+        b"cluster",
+        b"reindex",
+        b"comment",
+        b"lock",
+        b"call",
+        b"do",
+        b"refresh",
+        b"security",
+        b"import",
+        b"reassign",
+    ];
+    WRITES.iter().any(|w| word.eq_ignore_ascii_case(w))
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
+}
+
+/// Past a /* comment */ (they nest) starting at `i`.
+fn skip_comment(sql: &[u8], mut i: usize) -> usize {
+    let mut depth = 0usize;
+    while i < sql.len() {
+        if sql[i] == b'/' && sql.get(i + 1) == Some(&b'*') {
+            depth += 1;
+            i += 2;
+        } else if sql[i] == b'*' && sql.get(i + 1) == Some(&b'/') {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return i;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    i
+}
+
+/// Past a quoted literal or identifier opening at `i` (`quote` doubled inside is one
+/// quote; with `backslash`, as in E'..', a backslash escapes the next byte).
+fn skip_quoted(sql: &[u8], mut i: usize, quote: u8, backslash: bool) -> usize {
+    i += 1;
+    while i < sql.len() {
+        let c = sql[i];
+        if backslash && c == b'\\' {
+            i += 2;
+        } else if c == quote {
+            if sql.get(i + 1) == Some(&quote) {
+                i += 2;
+            } else {
+                return i + 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    i
+}
+
+/// The end of a $tag$ opening at `i`, if one does.
+fn dollar_tag(sql: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    if sql.get(j).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    while sql
+        .get(j)
+        .is_some_and(|&c| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80)
+    {
+        j += 1;
+    }
+    (sql.get(j) == Some(&b'$')).then_some(j + 1)
+}
+
+/// Writes the cache key of `sql` to `out` (see the module's comment).
+pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    let mut space = false;
+    let prev_ident = |out: &Vec<u8>| out.last().is_some_and(|&c| is_ident(c));
+    while i < sql.len() {
+        let c = sql[i];
+        let start = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            space = true;
+            continue;
+        }
+        if c == b'-' && sql.get(i + 1) == Some(&b'-') {
+            while i < sql.len() && sql[i] != b'\n' {
+                i += 1;
+            }
+            space = true;
+            continue;
+        }
+        if c == b'/' && sql.get(i + 1) == Some(&b'*') {
+            i = skip_comment(sql, i);
+            space = true;
+            continue;
+        }
+        if space && !out.is_empty() {
+            out.push(b' ');
+        }
+        space = false;
+        match c {
+            b'\'' => {
+                // E'..' (the E just copied, on its own, not the end of a word).
+                let e =
+                    i >= 1 && matches!(sql[i - 1], b'e' | b'E') && (i < 2 || !is_ident(sql[i - 2]));
+                i = skip_quoted(sql, i, b'\'', e);
+                out.extend_from_slice(b"'?'");
+            }
+            b'"' => {
+                i = skip_quoted(sql, i, b'"', false);
+                out.extend_from_slice(&sql[start..i.min(sql.len())]);
+            }
+            b'$' if !prev_ident(out) => {
+                if let Some(end) = dollar_tag(sql, i) {
+                    let tag = &sql[i..end];
+                    let body = &sql[end..];
+                    i = match body.windows(tag.len()).position(|w| w == tag) {
+                        Some(p) => end + p + tag.len(),
+                        None => sql.len(),
+                    };
+                    out.extend_from_slice(b"'?'");
+                } else {
+                    // $n, a parameter: part of the statement's shape.
+                    i += 1;
+                    while i < sql.len() && sql[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    out.extend_from_slice(&sql[start..i]);
+                }
+            }
+            b'0'..=b'9' if !prev_ident(out) => {
+                while i < sql.len()
+                    && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'.')
+                {
+                    i += 1;
+                }
+                out.push(b'0');
+            }
+            _ => {
+                out.push(c.to_ascii_lowercase());
+                i += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sql: &str) -> String {
+        let mut out = Vec::new();
+        normalize(sql.as_bytes(), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn literals_comments_and_case_do_not_matter() {
+        assert_eq!(
+            key("SELECT * FROM t WHERE id = 42 AND n = 'x''y'  -- c\n"),
+            key("select *   from t /* a /* nested */ */ where id = 7 and n = 'zz'")
+        );
+        assert_eq!(
+            key("select 1.5e3, t1.a2 from t1"),
+            "select 0, t1.a2 from t1"
+        );
+        assert_eq!(key("select $1, $$a$$, $q$b$q$"), "select $1, '?', '?'");
+        assert_eq!(key(r"select E'a\'b', 'c'"), "select e'?', '?'");
+        assert_eq!(
+            key(r#"select "Quoted ""x""" from t"#),
+            r#"select "Quoted ""x""" from t"#
+        );
+        assert_ne!(key("select f(1)"), key("select g(1)"));
+        assert_ne!(key("select 1; delete from t"), key("select 1"));
+    }
+
+    #[test]
+    fn a_literal_cannot_hide_a_write() {
+        // With standard_conforming_strings, a backslash does not escape in '..': the
+        // DELETE is code, and must not share a key with a plain literal.
+        assert_ne!(key(r"select 'a\'; delete from t; --'"), key(r"select 'b'"));
+        assert_eq!(
+            verdict(br"select 'a\'; delete from t; --'").class,
+            Class::Write
+        );
+    }
+
+    #[test]
+    fn first_word_writes_skip_the_parser() {
+        assert!(starts_with_write(b"  /* x */ INSERT INTO t VALUES (1)"));
+        assert!(starts_with_write(b"(update t set a = 1)"));
+        assert!(!starts_with_write(b"select 1"));
+        assert!(!starts_with_write(b"inserted"));
+        assert!(!starts_with_write(b"with x as (delete from t) select 1"));
+        assert_eq!(
+            verdict(b"with x as (delete from t returning 1) select * from x").class,
+            Class::Write
+        );
+    }
+
+    #[test]
+    fn cached_verdicts_are_the_parsers() {
+        for _ in 0..2 {
+            assert_eq!(verdict(b"select * from t where a = 1").class, Class::Read);
+            assert_eq!(
+                verdict(b"SELECT * FROM t WHERE a = 2 FOR UPDATE").class,
+                Class::Write
+            );
+            assert_eq!(verdict(b"set x = 1").class, Class::Neutral);
+        }
+    }
+}
