@@ -75,7 +75,7 @@ struct Record {
     /// Seqs whose transaction succeeded, with the kind of transaction ('b' block, 's' single).
     ok: BTreeMap<i64, char>,
     failures: Vec<Failure>,
-    /// Successes that ended after the promotion had finished.
+    /// Successes that ended after `promote()` (pg_ctl promote -w and a check) returned.
     ok_after_promotion: usize,
     /// Longest a transaction took (a transaction waiting for the new primary).
     longest: Duration,
@@ -447,7 +447,7 @@ fn failover_under_load(kill: Kill) {
     }
     eprintln!(
         "failover counted ({kill:?}, old primary gone {:?} after the kill): {K} load clients, {M} idle clients; {total_ok} transactions succeeded \
-         ({ok_before_kill} before the kill, {after} after the promotion ended), {total_failed} failed \
+         ({ok_before_kill} before the kill, {after} after pg_ctl promote returned), {total_failed} failed \
          ({unknown_committed} of them with an unknown outcome committed, \
          {unknown_rolled_back} with an unknown outcome rolled back; {several} clients failed \
          more than once); longest transaction {longest:?}; promotion done {:?} after the kill",
