@@ -65,6 +65,17 @@ fn lost_transaction() -> PgError {
     )
 }
 
+/// What a client is told when its server went away while running its request: if that
+/// request was committing (a COMMIT, or a statement outside a transaction block), the
+/// commit may have been done and replicated with only its answer lost (seen in
+/// tests/failover_exact.rs), so it must not be told the transaction was rolled back.
+fn lost_request() -> PgError {
+    PgError::error(
+        "08006",
+        "server connection lost; the transaction was rolled back, unless the lost request was its commit (then whether it committed is unknown)",
+    )
+}
+
 impl Session {
     fn pinned(&self) -> bool {
         self.ties & PINNED != 0
@@ -683,7 +694,7 @@ impl Session {
             return Some("client unexpected eof".into());
         }
         if pending > 0 {
-            let e = lost_transaction();
+            let e = lost_request();
             crate::conn_log::pooler_error(&self.client.0, &e.message);
             let mut out = messages::error_response(&e);
             for _ in 0..pending {

@@ -483,6 +483,27 @@ impl PgServer {
         self.stop_with(libc::SIGQUIT);
     }
 
+    /// A crash of the whole server, as near at once as signals go: the postmaster is
+    /// stopped (so it forks and notices nothing more), every process of the server gets
+    /// SIGKILL, and this returns once all are gone (their sockets closed by the kernel).
+    /// Unlike `stop_immediate`, no backend says anything to its client first.
+    pub fn kill_hard(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pm = child.id() as i32;
+        unsafe { libc::kill(pm, libc::SIGSTOP) };
+        let children = child_pids(pm);
+        for &pid in &children {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        unsafe { libc::kill(pm, libc::SIGKILL) };
+        let _ = child.wait();
+        // Reparented to init once the postmaster is gone: a zombie has closed its files.
+        let gone = super::eventually(TIMEOUT, || children.iter().all(|&p| !process_alive(p)));
+        assert!(gone, "processes of the killed server are still there");
+    }
+
     fn stop_with(&mut self, sig: i32) {
         if let Some(mut child) = self.child.take() {
             unsafe { libc::kill(child.id() as i32, sig) };
@@ -636,4 +657,29 @@ impl Drop for PgServer {
         }
         self.stop_with(libc::SIGQUIT);
     }
+}
+
+/// The pids whose parent is `parent` (from /proc).
+fn child_pids(parent: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| proc_stat(pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
+}
+
+/// True while `pid` exists and is not a zombie.
+fn process_alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// (state, ppid) from /proc/<pid>/stat; the command name may hold spaces and parentheses.
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
 }
