@@ -67,9 +67,11 @@ fn reads_go_to_the_standbys_and_writes_to_the_primary() {
     let (p, s1, s2) = (primary.port(), r1.port(), r2.port());
     primary.exec("create table kv(k int primary key, v text)");
     wait_replayed(&r2, "select count(*) from kv", "0");
+    let http = free_port();
+    let listen = format!("127.0.0.1:{http}");
     let weir = weir(
         &[("app", entry(&[p, s1, s2], "read_write_split=1"))],
-        &[("default_pool_size", "10")],
+        &[("default_pool_size", "10"), ("http_listen", &listen)],
     );
     let mut c = client(&weir, "app");
     // Before the checks have seen the standbys, reads are served by the primary.
@@ -136,6 +138,19 @@ fn reads_go_to_the_standbys_and_writes_to_the_primary() {
     for o in &mut open {
         o.simple_query("commit").unwrap();
     }
+    // /metrics counts where requests went.
+    let body = common::http::http_get(http, "/metrics").unwrap().body;
+    let count = |to: &str, class: &str| -> f64 {
+        let want =
+            format!("weir_split_requests_total{{database=\"app\",to=\"{to}\",class=\"{class}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&want))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {want} in\n{body}"))
+    };
+    assert!(count("standby", "read") >= 12.0, "{body}");
+    assert!(count("primary", "write") >= 3.0, "{body}");
+    count("primary", "read");
 }
 
 fn first_value(msgs: &[Msg]) -> String {

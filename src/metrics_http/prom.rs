@@ -439,6 +439,25 @@ impl Collector for LiveCollector {
             lag,
         )?;
 
+        // ---- read/write splitting ----
+        let mut routed = Vec::new();
+        for (name, entry) in crate::split::all() {
+            for (slot, to, class) in [
+                (crate::split::READ_STANDBY, "standby", "read"),
+                (crate::split::READ_PRIMARY, "primary", "read"),
+                (crate::split::WRITE, "primary", "write"),
+            ] {
+                let n = entry.routed[slot].load(std::sync::atomic::Ordering::Relaxed);
+                let labels: Labels = vec![
+                    ("database", name.clone()),
+                    ("to", to.to_owned()),
+                    ("class", class.to_owned()),
+                ];
+                routed.push((labels, c(n)));
+            }
+        }
+        family(e, "weir_split_requests", "Requests of read_write_split entries by where they were sent (to) and what they were classified as (class): reads to the primary are those with no fit standby, or of a client waiting to read its own write.", None, routed)?;
+
         // ---- errors ----
         let errors: Vec<(Labels, V)> = stats::error_counts()
             .into_iter()

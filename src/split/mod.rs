@@ -38,7 +38,14 @@ pub struct Entry {
     /// max_replica_lag in ms; 0: no limit.
     max_lag_ms: AtomicU64,
     pub lsn: lsn::Watch,
+    /// Requests routed: reads to a standby, reads to the primary, writes (/metrics).
+    pub routed: [AtomicU64; 3],
 }
+
+/// `Entry::routed`'s slots.
+pub const READ_STANDBY: usize = 0;
+pub const READ_PRIMARY: usize = 1;
+pub const WRITE: usize = 2;
 
 static ENTRIES: LazyLock<Mutex<HashMap<String, Arc<Entry>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -56,12 +63,25 @@ pub fn entry(name: &str, max_lag: Duration) -> Arc<Entry> {
                 loading: AtomicBool::new(false),
                 max_lag_ms: AtomicU64::new(0),
                 lsn: Default::default(),
+                routed: Default::default(),
             })
         })
         .clone();
     e.max_lag_ms
         .store(max_lag.as_millis() as u64, Ordering::Relaxed);
     e
+}
+
+/// Every split entry, by name (/metrics).
+pub fn all() -> Vec<(String, Arc<Entry>)> {
+    let mut v: Vec<_> = ENTRIES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, e)| (k.clone(), e.clone()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
 }
 
 /// Where a request goes.
@@ -137,6 +157,23 @@ impl Entry {
     /// Where a request of class `class` goes, for a client that may be waiting to read
     /// its own write (`pending`, cleared once the standbys have it).
     pub fn route(
+        self: &Arc<Self>,
+        class: Class,
+        set: &HostSet,
+        pending: &mut Option<lsn::Pending>,
+        pool: &Arc<Pool>,
+    ) -> Route {
+        let route = self.choose(class, set, pending, pool);
+        let slot = match (class, route) {
+            (Class::Write, _) => WRITE,
+            (_, Route::Standby) => READ_STANDBY,
+            (_, Route::Primary) => READ_PRIMARY,
+        };
+        self.routed[slot].fetch_add(1, Ordering::Relaxed);
+        route
+    }
+
+    fn choose(
         self: &Arc<Self>,
         class: Class,
         set: &HostSet,

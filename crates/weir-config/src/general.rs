@@ -123,9 +123,6 @@ general_options! {
     /// Weir's own option: after this many failed checks in a row a host leaves the rotation
     /// (new server connections try it last) until a check succeeds.
     host_failure_threshold: u32 = 3;
-    /// Weir's own option: with read_write_split, a standby whose replication lag (as the
-    /// host checks see it) is over this gets no reads; 0 means no limit.
-    max_replica_lag: Duration = secs(0);
     /// Weir's own option, not PgBouncer's: `host:port` of the built-in HTTP endpoint
     /// (Prometheus `/metrics`, `/healthz`, `/readyz` and the dashboard at `/`). Unset (the
     /// default) means no HTTP listener.
@@ -152,6 +149,9 @@ general_options! {
     max_db_connections: u32 = 0;
     max_packet_size: u32 = 2_147_483_647;
     max_prepared_statements: u32 = 200;
+    /// Weir's own option: with read_write_split, a standby whose replication lag (as the
+    /// host checks see it) is over this gets no reads; 0 means no limit.
+    max_replica_lag: Duration = secs(0);
     max_user_client_connections: u32 = 0;
     max_user_connections: u32 = 0;
     min_pool_size: u32 = 0;
