@@ -173,14 +173,7 @@ fn load(
 }
 
 fn weir(entry: String) -> Weir {
-    Weir::builder()
-        .set("pool_mode", "transaction")
-        .set("admin_users", "postgres")
-        .set("server_connect_timeout", 2)
-        .set("server_login_retry", 0)
-        .set("host_check_interval", "0.2")
-        .set("host_check_timeout", 1)
-        .set("host_failure_threshold", 2)
+    fast_checks()
         .set("query_wait_timeout", 30)
         .database("rw", &entry)
         .start()

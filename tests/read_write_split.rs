@@ -12,14 +12,7 @@ use common::proto::{bind, execute, parse, query, sync, Msg};
 use common::*;
 
 fn weir(entries: &[(&str, String)], extra: &[(&str, &str)]) -> Weir {
-    let mut b = Weir::builder()
-        .set("pool_mode", "transaction")
-        .set("admin_users", "postgres")
-        .set("server_connect_timeout", 2)
-        .set("server_login_retry", 0)
-        .set("host_check_interval", "0.2")
-        .set("host_check_timeout", 1)
-        .set("host_failure_threshold", 2);
+    let mut b = fast_checks();
     for (k, v) in extra {
         b = b.set(k, *v);
     }

@@ -155,7 +155,7 @@ impl Entry {
     }
 
     /// Where a request of class `class` goes, for a client that may be waiting to read
-    /// its own write (`pending`, cleared once the standbys have it).
+    /// its own write (`pending`, cleared once the standbys have it); counted in `routed`.
     pub fn route(
         self: &Arc<Self>,
         class: Class,
@@ -163,26 +163,25 @@ impl Entry {
         pending: &mut Option<lsn::Pending>,
         pool: &Arc<Pool>,
     ) -> Route {
-        let route = self.choose(class, set, pending, pool);
-        let slot = match (class, route) {
-            (Class::Write, _) => WRITE,
-            (_, Route::Standby) => READ_STANDBY,
-            (_, Route::Primary) => READ_PRIMARY,
+        if class == Class::Write {
+            self.routed[WRITE].fetch_add(1, Ordering::Relaxed);
+            return Route::Primary;
+        }
+        let route = self.read_route(set, pending, pool);
+        let slot = match route {
+            Route::Standby => READ_STANDBY,
+            Route::Primary => READ_PRIMARY,
         };
         self.routed[slot].fetch_add(1, Ordering::Relaxed);
         route
     }
 
-    fn choose(
+    fn read_route(
         self: &Arc<Self>,
-        class: Class,
         set: &HostSet,
         pending: &mut Option<lsn::Pending>,
         pool: &Arc<Pool>,
     ) -> Route {
-        if class == Class::Write {
-            return Route::Primary;
-        }
         let mut standbys = set
             .hosts
             .iter()

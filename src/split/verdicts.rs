@@ -11,6 +11,7 @@ use std::rc::Rc;
 #[cfg(test)]
 use super::classify::Class;
 use super::classify::{classify, Verdict};
+use crate::sql::lexer::{is_ident_byte as is_ident, skip_block_comment as skip_comment};
 
 /// Entries per worker thread; the map starts again empty when it is full (the statements
 /// an application runs are usually a few hundred).
@@ -104,30 +105,6 @@ fn starts_with_write(sql: &[u8]) -> bool {
         b"reassign",
     ];
     WRITES.iter().any(|w| word.eq_ignore_ascii_case(w))
-}
-
-fn is_ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
-}
-
-/// Past a /* comment */ (they nest) starting at `i`.
-fn skip_comment(sql: &[u8], mut i: usize) -> usize {
-    let mut depth = 0usize;
-    while i < sql.len() {
-        if sql[i] == b'/' && sql.get(i + 1) == Some(&b'*') {
-            depth += 1;
-            i += 2;
-        } else if sql[i] == b'*' && sql.get(i + 1) == Some(&b'/') {
-            depth -= 1;
-            i += 2;
-            if depth == 0 {
-                return i;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    i
 }
 
 /// Past a quoted literal or identifier opening at `i` (`quote` doubled inside is one

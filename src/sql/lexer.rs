@@ -100,12 +100,12 @@ pub fn tokens(sql: &str) -> Vec<Spanned> {
     out
 }
 
-fn is_ident_byte(c: u8) -> bool {
+pub fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
 /// Block comments nest in PostgreSQL.
-fn skip_block_comment(b: &[u8], mut i: usize) -> usize {
+pub fn skip_block_comment(b: &[u8], mut i: usize) -> usize {
     let mut depth = 0usize;
     while i < b.len() {
         if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {

@@ -6,7 +6,7 @@
 //! through, and ordinary queries cost one byte scan.
 
 pub mod effects;
-mod lexer;
+pub mod lexer;
 
 use lexer::{Spanned, Tok};
 

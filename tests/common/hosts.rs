@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use super::console::{ok, Res};
-use super::{PgServer, RawConn, Weir};
+use super::{PgServer, RawConn, Weir, WeirBuilder};
 
 /// A primary and its streaming replica.
 pub fn pair() -> (PgServer, PgServer) {
@@ -45,4 +45,17 @@ pub fn host_col(res: &Res, db: &str, port: u16, name: &str) -> Option<String> {
         .collect();
     assert_eq!(rows.len(), 1, "one row for {db} port {port}: {res:#?}");
     rows[0][c].clone()
+}
+
+/// Weir in transaction mode with fast host checks (every 200 ms, down after 2 failures)
+/// and quick server connects, as the several-hosts tests want it.
+pub fn fast_checks() -> WeirBuilder {
+    Weir::builder()
+        .set("pool_mode", "transaction")
+        .set("admin_users", "postgres")
+        .set("server_connect_timeout", 2)
+        .set("server_login_retry", 0)
+        .set("host_check_interval", "0.2")
+        .set("host_check_timeout", 1)
+        .set("host_failure_threshold", 2)
 }
