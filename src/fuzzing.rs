@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("hba", hba),
     ("scram", scram),
     ("connstr", connstr),
+    ("split_verdict", split_verdict),
 ];
 
 /// Largest message the fuzzed readers take, as the relay's client side bounds it.
@@ -382,5 +383,23 @@ pub fn connstr(data: &[u8]) {
     if !text.contains('\n') {
         let ini = format!("[pgbouncer]\n[databases]\ndb = {text}\n");
         let _ = weir_config::load_str(&ini, Path::new("fuzz.ini"));
+    }
+}
+
+/// read_write_split's view of a query text from a client: the cache key, the first-word
+/// shortcut and PostgreSQL's parser (libpg_query) on arbitrary bytes. Also checks that a
+/// text and the same text with a write appended never share a cache key.
+pub fn split_verdict(data: &[u8]) {
+    let v = crate::split::verdicts::verdict(data);
+    let mut key = Vec::new();
+    crate::split::verdicts::normalize(data, &mut key);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let direct = crate::split::classify::classify(text);
+        assert!(
+            data.len() > crate::split::verdicts::MAX_PARSED
+                || v.class == direct.class
+                || v.class == crate::split::Class::Write,
+            "cached verdict {v:?} differs from the parser's {direct:?}"
+        );
     }
 }
