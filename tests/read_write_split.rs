@@ -247,6 +247,44 @@ fn tricky_statements_always_reach_the_primary() {
         weir.log_tail()
     );
 
+    // A batch that arrives in two reads: its start (a read) must not decide for its end.
+    let mut b = client(&weir, "app");
+    b.send(&[parse("", "select 1"), bind("", "", &[]), execute("", 0)].concat());
+    std::thread::sleep(Duration::from_millis(100));
+    b.send(
+        &[
+            parse("", "insert into t values (8)"),
+            bind("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    );
+    let msgs = b.read_until_ready();
+    assert!(
+        msgs.iter().all(|m| m.tag != b'E'),
+        "split batch: {msgs:?}\n{}",
+        weir.log_tail()
+    );
+
+    // What a standby refuses although it reads: serializable transactions (by BEGIN, by
+    // the session's default), a BEGIN whose last word is READ WRITE, and any text read
+    // with standard_conforming_strings off (where the parser could be misled).
+    let mut z = client(&weir, "app");
+    for sql in [
+        "begin isolation level serializable, read only, deferrable; select count(*) from t; commit",
+        "begin read only, read write; insert into t values (11); commit",
+        "set default_transaction_isolation = 'serializable'",
+        "select count(*) from t",
+        "reset default_transaction_isolation",
+        "set standard_conforming_strings = off",
+        r"select 'a\'; insert into t values (12); --'",
+        "set standard_conforming_strings = on",
+    ] {
+        z.simple_query(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", weir.log_tail()));
+    }
+
     // A write prepared by name, run later: its Bind names it, and Weir knows its text.
     c.send(&[parse("w", "insert into t values ($1)"), sync()].concat());
     c.read_until_ready();

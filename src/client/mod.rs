@@ -860,19 +860,32 @@ impl Session {
     /// Checks out a server, noticing meanwhile if the client goes away. `Err(None)` means it
     /// did: there is no one left to tell.
     async fn acquire(&mut self) -> Result<Lease, Option<PgError>> {
-        let routed = self.route_request();
-        let pool = match routed {
-            Some(p) => p,
-            None => {
-                if let Some(lease) = self.pool.try_checkout_idle() {
-                    return Ok(lease);
+        if let Some(reader) = self.route_request() {
+            let lease = match reader.try_checkout_idle() {
+                Some(l) => l,
+                None => {
+                    let keys = self.scram_keys();
+                    Box::pin(self.wait_for_server(&reader, &keys)).await?
                 }
-                self.pool.clone()
+            };
+            // A request already sent ahead to it stays there.
+            if lease.sent_ahead > 0 {
+                return Ok(lease);
             }
-        };
-        if let Some(lease) = pool.try_checkout_idle() {
+            match self.standby_lease(&lease) {
+                route::StandbyLease::Use => return Ok(lease),
+                route::StandbyLease::Release => lease.release(),
+                route::StandbyLease::Close => {
+                    crate::conn_log::server_closing(&lease.info.0, "host no longer fit for reads");
+                    lease.close().await;
+                }
+            }
+            self.set_route(route::READ_ON_PRIMARY);
+        }
+        if let Some(lease) = self.pool.try_checkout_idle() {
             return Ok(lease);
         }
+        let pool = self.pool.clone();
         let keys = self.scram_keys();
         Box::pin(self.wait_for_server(&pool, &keys)).await
     }

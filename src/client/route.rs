@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Session;
-use crate::pool::Pool;
+use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Frame;
 use crate::split::{verdicts, Class, Route};
 
@@ -15,6 +15,15 @@ pub const WRITE: u8 = 1;
 pub const READ_ON_PRIMARY: u8 = 2;
 /// The lease is a standby's: a write that follows waits for a server of the primary.
 pub const READ_ON_STANDBY: u8 = 3;
+
+/// What `Session::standby_lease` says of a server of the pool of reads.
+pub enum StandbyLease {
+    Use,
+    /// Fine for others, but its host has not replayed this client's write yet.
+    Release,
+    /// Its host is no longer a fit standby (promoted, lagging, out of the rotation).
+    Close,
+}
 
 /// Messages looked at when routing a request: a longer pipeline is routed by its start
 /// (what follows a read on a standby is looked at by the relay).
@@ -36,7 +45,16 @@ impl Session {
     /// read of a split entry its pool of reads. Sets `route`.
     pub(super) fn route_request(&mut self) -> Option<Arc<Pool>> {
         let settings = self.pool.settings();
-        let entry = settings.split.clone()?;
+        // Logged in before a reload turned splitting on, a session-mode client keeps its
+        // server: there is nothing to route.
+        let entry = match &settings.split {
+            Some(e) if self.mode != PoolMode::Session => e.clone(),
+            _ => {
+                drop(settings);
+                self.set_route(0);
+                return None;
+            }
+        };
         let hosts = settings.target.hosts.clone();
         drop(settings);
         let class = self.request_class();
@@ -62,14 +80,50 @@ impl Session {
         }
     }
 
-    /// The class of everything whole in the input buffer: a write if any of it writes.
+    /// What to do with a server just checked out of the pool of reads: it may serve the
+    /// read if its host is still a fit standby that has replayed the client's own write.
+    pub(super) fn standby_lease(&self, lease: &Lease) -> StandbyLease {
+        let settings = self.pool.settings();
+        let Some(entry) = &settings.split else {
+            return StandbyLease::Close;
+        };
+        let lsn = self
+            .extras
+            .as_ref()
+            .and_then(|x| x.pending_write)
+            .map_or(0, |p| p.lsn());
+        match entry.lends(&settings.target.hosts, &lease.addr, lsn) {
+            Ok(true) => StandbyLease::Use,
+            Ok(false) => StandbyLease::Release,
+            Err(()) => StandbyLease::Close,
+        }
+    }
+
+    /// The class of everything in the input buffer: a write if any of it writes, or if
+    /// what is there ends inside an extended-protocol batch (the rest, not here yet, could
+    /// write and would have to follow the batch's start), or if it is too long to look at.
     fn request_class(&mut self) -> Class {
+        // With backslash escapes in plain literals the parser would read another
+        // statement than the server does; and a standby refuses serializable transactions.
+        if self.wanted.get("standard_conforming_strings") == Some("off")
+            || self
+                .gucs()
+                .and_then(|g| g.get("default_transaction_isolation"))
+                .is_some_and(|v| v.eq_ignore_ascii_case("serializable"))
+        {
+            return Class::Write;
+        }
         let mut at = 0;
         let mut class = Class::Neutral;
         let mut parsed_unnamed = false;
+        let mut unsynced = false;
         for _ in 0..MAX_MESSAGES {
             let Some(header) = self.inbuf.get(at..at + 5) else {
-                break;
+                return if unsynced || at < self.inbuf.len() {
+                    Class::Write
+                } else {
+                    class
+                };
             };
             let tag = header[0];
             let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
@@ -78,14 +132,16 @@ impl Session {
             }
             let end = at + 1 + len;
             let Some(body) = self.inbuf.get(at + 5..end) else {
-                // Not all here yet: a query or Parse not seen whole could be anything.
-                if matches!(tag, b'Q' | b'P' | b'B' | b'F') {
-                    return Class::Write;
-                }
-                break;
+                // Not all here yet: a message not seen whole could be anything.
+                return Class::Write;
             };
-            if tag == b'P' {
-                parsed_unnamed |= body.first() == Some(&0);
+            match tag {
+                b'P' => parsed_unnamed |= body.first() == Some(&0),
+                b'S' | b'Q' => unsynced = false,
+                _ => {}
+            }
+            if matches!(tag, b'P' | b'B' | b'E' | b'D' | b'C' | b'H') {
+                unsynced = true;
             }
             let c = message_class(&mut self.extras, &self.pool, tag, body, parsed_unnamed)
                 .unwrap_or(Class::Neutral);
@@ -96,7 +152,7 @@ impl Session {
             }
             at = end;
         }
-        class
+        Class::Write
     }
 
     /// In the relay, on a lease routed for a read: whether `frame` must wait for a server

@@ -74,12 +74,15 @@ fn statement(node: &NodeEnum, calls: &mut Vec<String>) -> Class {
     match node {
         NodeEnum::SelectStmt(_) => query(node, calls),
         NodeEnum::VariableShowStmt(_) => Class::Read,
+        // A standby refuses serializable transactions ("cannot use serializable mode in a
+        // hot standby").
+        NodeEnum::VariableSetStmt(_) if serializable(node) => Class::Write,
         NodeEnum::VariableSetStmt(_) | NodeEnum::DiscardStmt(_) | NodeEnum::DeallocateStmt(_) => {
             Class::Neutral
         }
         NodeEnum::TransactionStmt(t) => match TransactionStmtKind::try_from(t.kind) {
             Ok(TransactionStmtKind::TransStmtBegin | TransactionStmtKind::TransStmtStart) => {
-                if read_only(&t.options) {
+                if read_only(&t.options) && !serializable(node) {
                     Class::Read
                 } else {
                     // What the transaction will do is not known yet.
@@ -109,17 +112,38 @@ fn statement(node: &NodeEnum, calls: &mut Vec<String>) -> Class {
     }
 }
 
-/// `BEGIN READ ONLY`, `START TRANSACTION READ ONLY, ISOLATION LEVEL ...`.
+/// `BEGIN READ ONLY`, `START TRANSACTION READ ONLY, ISOLATION LEVEL ...`; as in
+/// PostgreSQL, the last of READ ONLY and READ WRITE wins.
 fn read_only(options: &[pg_query::protobuf::Node]) -> bool {
-    options.iter().any(|o| match o.node.as_ref() {
-        Some(NodeEnum::DefElem(d)) if d.defname == "transaction_read_only" => {
-            match d.arg.as_ref().and_then(|a| a.node.as_ref()) {
-                Some(NodeEnum::AConst(c)) => matches!(&c.val, Some(Val::Ival(i)) if i.ival != 0),
-                _ => false,
+    options
+        .iter()
+        .rev()
+        .find_map(|o| match o.node.as_ref() {
+            Some(NodeEnum::DefElem(d)) if d.defname == "transaction_read_only" => {
+                Some(match d.arg.as_ref().and_then(|a| a.node.as_ref()) {
+                    Some(NodeEnum::AConst(c)) => {
+                        matches!(&c.val, Some(Val::Ival(i)) if i.ival != 0)
+                    }
+                    _ => false,
+                })
             }
-        }
+            _ => None,
+        })
+        .unwrap_or(false)
+}
+
+/// Whether a SET or BEGIN names the serializable isolation level anywhere.
+fn serializable(node: &NodeEnum) -> bool {
+    serde_json::to_value(node).map_or(true, |v| mentions(&v, "serializable"))
+}
+
+fn mentions(v: &Value, word: &str) -> bool {
+    match v {
+        Value::String(s) => s.eq_ignore_ascii_case(word),
+        Value::Array(a) => a.iter().any(|v| mentions(v, word)),
+        Value::Object(m) => m.values().any(|v| mentions(v, word)),
         _ => false,
-    })
+    }
 }
 
 /// A SELECT (or VALUES, TABLE): walked whole, through every clause, CTE and subquery,
@@ -192,7 +216,8 @@ mod tests {
             "copy (select 1) to stdout",
             "select 1; select 2",
             "begin read only; select 1; commit",
-            "start transaction isolation level serializable, read only",
+            "start transaction isolation level repeatable read, read only",
+            "begin read write, read only",
             "with x as (select 1) select * from x",
             "select * from t join lateral (select 1) s on true",
         ] {
@@ -220,6 +245,12 @@ mod tests {
             "create table t (a int)",
             "begin",
             "begin read write",
+            "begin read only, read write",
+            "begin isolation level serializable, read only, deferrable",
+            "start transaction read only isolation level serializable",
+            "set transaction isolation level serializable",
+            "set default_transaction_isolation = 'serializable'",
+            "set session characteristics as transaction isolation level serializable",
             "start transaction",
             "select 1; insert into t values (1)",
             "copy t from stdin",

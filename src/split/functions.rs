@@ -12,9 +12,18 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-/// The names whose every function is not volatile, as pg_proc says.
-pub const CATALOG_SQL: &str = "SELECT proname FROM pg_catalog.pg_proc \
-     GROUP BY proname HAVING bool_and(provolatile <> 'v' AND prokind IN ('f', 'a', 'w'))";
+/// Per function name: whether every function of that name is a non-volatile function
+/// (or aggregate, window function), and whether all of them are built in (pg_catalog).
+pub const CATALOG_SQL: &str = "SELECT proname, \
+     bool_and(provolatile <> 'v' AND prokind IN ('f', 'a', 'w'))::text, \
+     bool_and(pronamespace = 'pg_catalog'::regnamespace)::text \
+     FROM pg_catalog.pg_proc GROUP BY proname \
+     HAVING bool_and(provolatile <> 'v' AND prokind IN ('f', 'a', 'w')) \
+     OR bool_and(pronamespace = 'pg_catalog'::regnamespace)";
+
+/// Built-ins the catalog calls STABLE that still cannot run on a standby: they assign a
+/// transaction ID.
+const ASSIGN_XID: &[&str] = &["txid_current", "pg_current_xact_id"];
 
 /// Volatile built-ins that only read.
 const VOLATILE_READS: &[&str] = &[
@@ -118,12 +127,19 @@ impl Default for SafeFunctions {
 }
 
 impl SafeFunctions {
-    /// The names read from the catalog replace the built-in guess (plus the volatile
-    /// built-ins that only read).
-    pub fn learn(&self, catalog: impl IntoIterator<Item = String>) {
-        let mut names: HashSet<Box<str>> =
-            catalog.into_iter().map(String::into_boxed_str).collect();
-        names.extend(VOLATILE_READS.iter().map(|&n| Box::from(n)));
+    /// The catalog's answer (name, all non-volatile, all built in) replaces the built-in
+    /// guess. The volatile built-ins that only read stay safe only while no function of
+    /// the same name was created outside pg_catalog.
+    pub fn learn(&self, catalog: impl IntoIterator<Item = (String, bool, bool)>) {
+        let mut names = HashSet::new();
+        for (name, safe, builtin) in catalog {
+            if ASSIGN_XID.contains(&name.as_str()) {
+                continue;
+            }
+            if safe || (builtin && VOLATILE_READS.contains(&name.as_str())) {
+                names.insert(name.into_boxed_str());
+            }
+        }
         self.names.store(Arc::new(names));
     }
 
@@ -145,11 +161,23 @@ mod tests {
         let f = SafeFunctions::default();
         assert!(f.all_safe(&["now".into(), "random".into()]));
         assert!(!f.all_safe(&["now".into(), "nextval".into()]));
-        f.learn(["my_stable_fn".to_owned()]);
+        f.learn([
+            ("my_stable_fn".to_owned(), true, false),
+            ("pg_sleep".to_owned(), false, true),
+            ("random".to_owned(), false, false),
+            ("txid_current".to_owned(), true, true),
+            ("nextval".to_owned(), false, true),
+        ]);
         assert!(f.all_safe(&["my_stable_fn".into(), "pg_sleep".into()]));
         assert!(
             !f.all_safe(&["now".into()]),
             "the catalog's list replaces the guess"
         );
+        assert!(
+            !f.all_safe(&["random".into()]),
+            "a user's volatile random()"
+        );
+        assert!(!f.all_safe(&["txid_current".into()]));
+        assert!(!f.all_safe(&["nextval".into()]));
     }
 }

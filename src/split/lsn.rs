@@ -45,6 +45,17 @@ pub struct Watch {
     running: AtomicBool,
 }
 
+/// How far the standbys are with a client's write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caught {
+    /// Not every standby fit for reads has it (or the bound is not known yet).
+    No,
+    /// Every fit standby has it; some other standby (down, lagging) may not.
+    Fit,
+    /// Every standby has it: nothing is left to wait for.
+    All,
+}
+
 /// What a client that wrote waits for: None when it has nothing to wait for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pending {
@@ -52,6 +63,13 @@ pub struct Pending {
     epoch: u64,
     /// A bound on the commit's LSN, once a later round gave one (0 before).
     lsn: u64,
+}
+
+impl Pending {
+    /// The bound on the write's LSN, 0 until a round gave one.
+    pub fn lsn(&self) -> u64 {
+        self.lsn
+    }
 }
 
 impl Watch {
@@ -67,16 +85,18 @@ impl Watch {
         self.samples.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether every standby in `standbys` has replayed past the client's write. When
-    /// not (or not known yet), a round is asked for (`start` starts the watcher if it is
-    /// not running) and the client reads on the primary meanwhile.
+    /// Whether the client's write has been replayed: by every standby in `fit` (those
+    /// reads may go to now) and by every one in `known` (all the standbys seen). When the
+    /// fit ones have not (or it is not known yet), a round is asked for (`start` starts
+    /// the watcher if it is not running) and the client reads on the primary meanwhile.
     pub fn caught_up<'a>(
         &self,
         pending: &mut Pending,
-        standbys: impl Iterator<Item = &'a ServerAddr>,
+        fit: impl Iterator<Item = &'a ServerAddr>,
+        known: impl Iterator<Item = &'a ServerAddr>,
         start: impl FnOnce(),
-    ) -> bool {
-        let done = {
+    ) -> Caught {
+        let caught = {
             let samples = self.samples();
             if pending.lsn == 0 {
                 if let Some(p) = samples
@@ -86,17 +106,31 @@ impl Watch {
                     pending.lsn = p.lsn.max(1);
                 }
             }
-            pending.lsn != 0
-                && standbys.into_iter().all(|a| {
-                    samples
-                        .get(a)
-                        .is_some_and(|s| s.role == Role::Standby && s.lsn >= pending.lsn)
-                })
+            let replayed = |a: &ServerAddr| {
+                samples
+                    .get(a)
+                    .is_some_and(|s| s.role == Role::Standby && s.lsn >= pending.lsn)
+            };
+            let mut fit = fit;
+            if pending.lsn == 0 || !fit.all(replayed) {
+                Caught::No
+            } else if known.into_iter().all(replayed) {
+                Caught::All
+            } else {
+                Caught::Fit
+            }
         };
-        if !done {
+        if caught == Caught::No {
             self.ask(start);
         }
-        done
+        caught
+    }
+
+    /// Whether the standby at `addr` was last seen past `lsn`.
+    pub fn replayed(&self, addr: &ServerAddr, lsn: u64) -> bool {
+        self.samples()
+            .get(addr)
+            .is_some_and(|s| s.role == Role::Standby && s.lsn >= lsn)
     }
 
     fn ask(&self, start: impl FnOnce()) {
@@ -108,7 +142,9 @@ impl Watch {
 }
 
 /// The watcher of one database entry: rounds of samples while clients ask for them.
-pub async fn run(watch: Arc<super::Entry>, target: ServerTarget, scram: Option<ScramCredential>) {
+/// The hosts and the login are read from `pool` at every round, so that a reload that
+/// changes them is followed.
+pub async fn run(watch: Arc<super::Entry>, pool: std::sync::Weak<crate::pool::Pool>) {
     let w = &watch.lsn;
     let mut conns: HashMap<ServerAddr, ServerConn> = HashMap::new();
     loop {
@@ -119,7 +155,17 @@ pub async fn run(watch: Arc<super::Entry>, target: ServerTarget, scram: Option<S
             w.running.store(false, Ordering::Release);
             break;
         }
+        let Some(pool) = pool.upgrade() else {
+            w.running.store(false, Ordering::Release);
+            break;
+        };
+        let (target, scram): (ServerTarget, Option<ScramCredential>) =
+            (pool.settings().target.clone(), pool.scram_keys());
+        drop(pool);
         let epoch = w.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let gone = |a: &ServerAddr| !target.hosts.hosts.iter().any(|h| &h.addr == a);
+        w.samples().retain(|a, _| !gone(a));
+        conns.retain(|a, _| !gone(a));
         for host in &target.hosts.hosts {
             let addr = &host.addr;
             let conn = match conns.remove(addr) {
@@ -211,15 +257,26 @@ mod tests {
         put(&p, 100, 0, Role::Primary);
         put(&s, 100, 0, Role::Standby);
         w.running.store(true, Ordering::Relaxed);
+        let other = ServerAddr::Tcp {
+            host: "o".into(),
+            port: 3,
+        };
         let mut pending = w.wrote();
-        assert!(!w.caught_up(&mut pending, [&s].into_iter(), || {}));
+        let check = |pending: &mut Pending| {
+            w.caught_up(pending, [&s].into_iter(), [&s, &other].into_iter(), || {})
+        };
+        assert_eq!(check(&mut pending), Caught::No);
         // The round after the write: the primary is at 150, the standby at 120.
         let epoch = w.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         put(&p, 150, epoch, Role::Primary);
         put(&s, 120, epoch, Role::Standby);
-        assert!(!w.caught_up(&mut pending, [&s].into_iter(), || {}));
+        assert_eq!(check(&mut pending), Caught::No);
         assert_eq!(pending.lsn, 150);
         put(&s, 150, epoch + 1, Role::Standby);
-        assert!(w.caught_up(&mut pending, [&s].into_iter(), || {}));
+        // The fit standby has it; the other (not fit now) has not been seen.
+        assert_eq!(check(&mut pending), Caught::Fit);
+        assert!(w.replayed(&s, 150) && !w.replayed(&other, 150));
+        put(&other, 160, epoch + 1, Role::Standby);
+        assert_eq!(check(&mut pending), Caught::All);
     }
 }

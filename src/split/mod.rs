@@ -23,8 +23,8 @@ use crate::pool::Pool;
 use crate::registry::now_micros;
 use crate::server::hosts::{Host, HostSet, Role};
 
-/// The function list is read again at most this often, when a read calls a function it
-/// does not know (one created since).
+/// The function list is read again when a read calls functions and it is older than
+/// this (a function created or made VOLATILE since).
 const FUNCTIONS_REFRESH: Duration = Duration::from_secs(60);
 
 /// What routing knows of one split database entry; kept across reloads.
@@ -116,17 +116,16 @@ impl Entry {
     /// database's list (again, if it was read long enough ago).
     pub fn read_or_write(&self, calls: &[Box<str>], pool: &Arc<Pool>) -> Class {
         let at = self.functions_at.load(Ordering::Relaxed);
-        if self.functions.all_safe(calls) {
-            if at == 0 {
-                self.load_functions(pool);
-            }
-            return Class::Read;
-        }
-        let stale = now_micros().saturating_sub(at) > FUNCTIONS_REFRESH.as_micros() as u64;
-        if at == 0 || stale {
+        if !calls.is_empty()
+            && (at == 0 || now_micros().saturating_sub(at) > FUNCTIONS_REFRESH.as_micros() as u64)
+        {
             self.load_functions(pool);
         }
-        Class::Write
+        if self.functions.all_safe(calls) {
+            Class::Read
+        } else {
+            Class::Write
+        }
     }
 
     fn load_functions(&self, pool: &Arc<Pool>) {
@@ -155,7 +154,9 @@ impl Entry {
     }
 
     /// Where a request of class `class` goes, for a client that may be waiting to read
-    /// its own write (`pending`, cleared once the standbys have it); counted in `routed`.
+    /// its own write (`pending`, cleared once every standby has it); counted in `routed`.
+    /// Only reads go to a standby: a request of SET, RESET, DISCARD and the like alone
+    /// goes to the primary (SET SESSION AUTHORIZATION pins the client where it runs).
     pub fn route(
         self: &Arc<Self>,
         class: Class,
@@ -163,14 +164,14 @@ impl Entry {
         pending: &mut Option<lsn::Pending>,
         pool: &Arc<Pool>,
     ) -> Route {
-        if class == Class::Write {
-            self.routed[WRITE].fetch_add(1, Ordering::Relaxed);
-            return Route::Primary;
-        }
-        let route = self.read_route(set, pending, pool);
-        let slot = match route {
-            Route::Standby => READ_STANDBY,
-            Route::Primary => READ_PRIMARY,
+        let route = match class {
+            Class::Read => self.read_route(set, pending, pool),
+            Class::Write | Class::Neutral => Route::Primary,
+        };
+        let slot = match (class, route) {
+            (Class::Write, _) => WRITE,
+            (_, Route::Standby) => READ_STANDBY,
+            (_, Route::Primary) => READ_PRIMARY,
         };
         self.routed[slot].fetch_add(1, Ordering::Relaxed);
         route
@@ -182,29 +183,44 @@ impl Entry {
         pending: &mut Option<lsn::Pending>,
         pool: &Arc<Pool>,
     ) -> Route {
-        let mut standbys = set
-            .hosts
-            .iter()
-            .filter(|h| self.fit_for_reads(h))
-            .peekable();
-        if standbys.peek().is_none() {
+        let fit = || set.hosts.iter().filter(|h| self.fit_for_reads(h));
+        if fit().next().is_none() {
             return Route::Primary;
         }
         let Some(p) = pending.as_mut() else {
             return Route::Standby;
         };
-        let me = self.clone();
+        let known = set.hosts.iter().filter(|h| h.role() == Role::Standby);
         let start = || {
-            let settings = pool.settings();
-            let (target, scram) = (settings.target.clone(), pool.scram_keys());
-            tokio::spawn(lsn::run(me, target, scram));
+            tokio::spawn(lsn::run(self.clone(), Arc::downgrade(pool)));
         };
-        if self.lsn.caught_up(p, standbys.map(|h| &h.addr), start) {
-            *pending = None;
-            Route::Standby
-        } else {
-            Route::Primary
+        match self
+            .lsn
+            .caught_up(p, fit().map(|h| &h.addr), known.map(|h| &h.addr), start)
+        {
+            lsn::Caught::No => Route::Primary,
+            lsn::Caught::Fit => Route::Standby,
+            lsn::Caught::All => {
+                *pending = None;
+                Route::Standby
+            }
         }
+    }
+
+    /// Whether a server of the pool of reads, on `addr`, may serve a read now: its host
+    /// is still a fit standby, and has replayed the client's write (`lsn`, 0 for none).
+    /// Ok(false): the host is fine but behind this client.
+    pub fn lends(
+        &self,
+        set: &HostSet,
+        addr: &crate::server::ServerAddr,
+        lsn: u64,
+    ) -> Result<bool, ()> {
+        let host = set.hosts.iter().find(|h| &h.addr == addr).ok_or(())?;
+        if !self.fit_for_reads(host) {
+            return Err(());
+        }
+        Ok(lsn == 0 || self.lsn.replayed(addr, lsn))
     }
 }
 
@@ -227,7 +243,7 @@ pub fn retain(keep: impl Fn(&str) -> bool) {
 async fn read_functions(
     target: &crate::server::ServerTarget,
     scram: Option<crate::server::ScramCredential>,
-) -> Result<Vec<String>, crate::server::ConnectError> {
+) -> Result<Vec<(String, bool, bool)>, crate::server::ConnectError> {
     let mut conn = crate::server::connect(target, scram).await?;
     let mut rows = Vec::new();
     let r = conn
@@ -241,6 +257,12 @@ async fn read_functions(
     r?;
     Ok(rows
         .into_iter()
-        .filter_map(|r| r.into_iter().next().flatten())
+        .filter_map(|r| {
+            let mut r = r.into_iter();
+            let name = r.next().flatten()?;
+            let safe = r.next().flatten().as_deref() == Some("true");
+            let builtin = r.next().flatten().as_deref() == Some("true");
+            Some((name, safe, builtin))
+        })
         .collect())
 }
