@@ -129,8 +129,7 @@ struct Expect {
 impl Expect {
     /// values.yaml's own.
     fn defaults() -> Expect {
-        let text = std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml");
-        let values: Value = serde_yaml_ng::from_str(&text).expect("values.yaml is YAML");
+        let values = chart_values();
         Expect {
             drain_timeout: num(&values["drainTimeoutSeconds"]),
             pre_stop_delay: num(&values["preStopDelaySeconds"]),
@@ -513,10 +512,7 @@ fn inconsistent_values_are_refused() {
 fn dockerfile_matches_the_chart() {
     let dockerfile =
         std::fs::read_to_string(repo_root().join("deploy/docker/Dockerfile")).expect("Dockerfile");
-    let values: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
-    )
-    .expect("values.yaml is YAML");
+    let values = chart_values();
     let exposed: BTreeSet<u64> = dockerfile
         .lines()
         .filter_map(|l| l.strip_prefix("EXPOSE "))
@@ -537,4 +533,67 @@ fn dockerfile_matches_the_chart() {
     assert!(dockerfile.contains(&format!("CMD [\"{path}\"]")));
     assert!(dockerfile.contains("USER 10001"));
     assert_eq!(values["podSecurityContext"]["runAsUser"], 10001);
+}
+
+fn chart_values() -> Value {
+    let text = std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml");
+    serde_yaml_ng::from_str(&text).expect("values.yaml is YAML")
+}
+
+/// Dotted paths of values.yaml's leaves (a list or an empty map is a leaf).
+fn leaves(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    match v.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (k, child) in map {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaves(child, &path, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+/// The chart's README documents every value: each leaf, or a map holding it, is named in
+/// it as `path` or `path.*`. And every `.Values.x.y` the templates read is in values.yaml.
+#[test]
+fn every_value_is_documented_and_defined() {
+    let values = chart_values();
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).expect("README.md");
+    let mut paths = Vec::new();
+    leaves(&values, "", &mut paths);
+    let documented = |path: &str| {
+        let parts: Vec<&str> = path.split('.').collect();
+        (1..=parts.len()).any(|n| {
+            let p = parts[..n].join(".");
+            readme.contains(&format!("`{p}`")) || readme.contains(&format!("`{p}.*`"))
+        })
+    };
+    let missing: Vec<&String> = paths.iter().filter(|p| !documented(p)).collect();
+    assert!(
+        missing.is_empty(),
+        "values not in the chart's README: {missing:?}"
+    );
+
+    let templates = chart_dir().join("templates");
+    for entry in std::fs::read_dir(&templates).expect("templates") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("template");
+        for (at, _) in text.match_indices(".Values.") {
+            let rest = &text[at + ".Values.".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                .unwrap_or(rest.len());
+            let used = rest[..end].trim_end_matches('.');
+            let found = used.split('.').try_fold(&values, |v, k| v.get(k)).is_some();
+            assert!(
+                found,
+                "{}: .Values.{used} is not in values.yaml",
+                path.display()
+            );
+        }
+    }
 }
