@@ -3,7 +3,9 @@
 //! would load it), the container, Service and probe ports are the ini's `listen_port` and
 //! `http_listen`, the probes and the scrape annotation point at paths Weir serves, the
 //! userlist in the Secret parses as an auth_file at the path the ini names, and the pod's
-//! grace period exceeds the preStop delay plus the drain timeout.
+//! grace period exceeds the preStop delay plus the drain timeout. Every rendering is also
+//! decoded strictly into the Kubernetes API's Go types (deploy/helm/validate): no unknown
+//! field, no value of the wrong type.
 //!
 //! Here, not in the root package's tests/, because it needs only this crate's loader: the
 //! test builds in seconds instead of after all of Weir.
@@ -13,8 +15,10 @@
 //! WEIR_REQUIRE_HELM=1, where they fail.
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -65,6 +69,41 @@ fn helm() -> Option<PathBuf> {
     found
 }
 
+/// deploy/helm/validate built with Go (cached by Go's build cache; helm's own build by
+/// scripts/install-helm has already compiled the Kubernetes API packages it uses), or
+/// None without Go (a failure when WEIR_REQUIRE_HELM=1).
+fn validator() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weir-k8s-validate");
+            let go = ["go", "/usr/local/go/bin/go"]
+                .into_iter()
+                .find(|g| Command::new(g).arg("version").output().is_ok());
+            let Some(go) = go else {
+                if std::env::var("WEIR_REQUIRE_HELM").as_deref() == Ok("1") {
+                    panic!("WEIR_REQUIRE_HELM=1 but go, to build deploy/helm/validate, is missing");
+                }
+                eprintln!("go not found: rendered objects not checked against the API types");
+                return None;
+            };
+            let build = Command::new(go)
+                .args(["build", "-trimpath", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(repo_root().join("deploy/helm/validate"))
+                .output()
+                .expect("run go build");
+            assert!(
+                build.status.success(),
+                "go build deploy/helm/validate:\n{}",
+                String::from_utf8_lossy(&build.stderr)
+            );
+            Some(out)
+        })
+        .as_deref()
+}
+
 /// `helm template` of the chart with these extra arguments: its objects, or helm's error.
 fn template(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
     let out = Command::new(helm)
@@ -79,6 +118,27 @@ fn template(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let text = String::from_utf8(out.stdout).expect("helm output is UTF-8");
+    if let Some(validator) = validator() {
+        let mut child = Command::new(validator)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run weir-k8s-validate");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write manifests");
+        let v = child.wait_with_output().expect("weir-k8s-validate");
+        if !v.status.success() {
+            return Err(format!(
+                "the Kubernetes API types refuse the rendered objects:\n{}",
+                String::from_utf8_lossy(&v.stderr)
+            ));
+        }
+    }
     let mut objects = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v = Value::deserialize(doc).expect("helm output is YAML");
