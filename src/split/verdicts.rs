@@ -24,6 +24,7 @@ pub const MAX_PARSED: usize = 64 * 1024;
 thread_local! {
     static CACHE: RefCell<HashMap<Box<[u8]>, Rc<Verdict>>> = RefCell::new(HashMap::new());
     static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static LAST: RefCell<(Vec<u8>, Option<Rc<Verdict>>)> = const { RefCell::new((Vec::new(), None)) };
 }
 
 /// The verdict on a query string (without its NUL): from the first word when that says
@@ -35,6 +36,25 @@ pub fn verdict(sql: &[u8]) -> Rc<Verdict> {
     if starts_with_write(sql) || sql.len() > MAX_PARSED {
         return WRITE.with(Rc::clone);
     }
+    // The same text as the last one: a request is looked at when it is routed and again
+    // as the relay passes it on, and a prepared statement's text at each of its Binds.
+    if let Some(v) = LAST.with(|l| {
+        let l = l.borrow();
+        (l.0.as_slice() == sql).then(|| l.1.clone()).flatten()
+    }) {
+        return v;
+    }
+    let v = lookup(sql);
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        l.0.clear();
+        l.0.extend_from_slice(sql);
+        l.1 = Some(v.clone());
+    });
+    v
+}
+
+fn lookup(sql: &[u8]) -> Rc<Verdict> {
     KEY.with(|k| {
         let mut key = k.borrow_mut();
         key.clear();
