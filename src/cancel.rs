@@ -1,7 +1,16 @@
 //! Cancel requests. A client is given a key of Weir's own; while it is lent a server, its
 //! registry entry points at that server's real key. A cancel request opens a fresh
 //! connection straight to that server: it never waits for a pool slot.
+//!
+//! Peers (`peer_id`, `[peers]`, as PgBouncer 1.19+): several Weir processes or hosts
+//! behind one address (so_reuseport, a TCP load balancer) each stamp their id on the keys
+//! they give out, and a cancel request that lands on another one is passed on to the
+//! right one. Weir stamps the id in the key's second half (the secret's high 16 bits),
+//! where PgBouncer uses the pid's middle bytes: Weir keeps its pids whole, as the
+//! identity of its clients. The secret's low 2 bits are a time to live, as PgBouncer's,
+//! taken down at each hop, so that a loop between misconfigured peers ends.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -11,9 +20,47 @@ use crate::protocol::messages;
 use crate::registry::clients::{by_cancel_key, CancelTarget, ClientState};
 use crate::server::{BackendKey, ServerAddr};
 
+/// This process's `peer_id`, 0 without peers (set once at startup: not reloadable).
+static PEER_ID: AtomicU32 = AtomicU32::new(0);
+const TTL: u32 = 3;
+
+pub fn set_peer_id(id: u32) {
+    PEER_ID.store(id & 0xffff, Ordering::Relaxed);
+}
+
+/// A new client's cancel secret: random, with this process's peer id and a full time to
+/// live when it has one.
+pub fn new_secret() -> u32 {
+    let random: u32 = rand::random();
+    match PEER_ID.load(Ordering::Relaxed) {
+        0 => random,
+        id => (id << 16) | (random & 0xfffc) | TTL,
+    }
+}
+
+/// The peer a key was given out by (0: none), and what it has left to live.
+fn stamp(key: BackendKey) -> (u32, u32) {
+    (key.secret >> 16, key.secret & TTL)
+}
+
 /// Forwards a client's cancel request to the server running its query; a client still
-/// waiting for a server is taken out of the queue instead.
-pub async fn forward(key: BackendKey) {
+/// waiting for a server is taken out of the queue instead; a key of another peer goes to
+/// that peer.
+pub async fn forward(app: &crate::app::App, key: BackendKey) {
+    let own = PEER_ID.load(Ordering::Relaxed);
+    let (peer, ttl) = stamp(key);
+    if own != 0 && peer != 0 && peer != own {
+        return to_peer(app, key, peer, ttl).await;
+    }
+    // A key this process gave out, maybe passed on by peers on its way here: the time to
+    // live it was given with is whole again.
+    let key = match own {
+        0 => key,
+        _ => BackendKey {
+            pid: key.pid,
+            secret: key.secret | TTL,
+        },
+    };
     let Some(client) = by_cancel_key(key) else {
         tracing::debug!(pid = key.pid, "cancel request with an unknown key");
         return;
@@ -27,11 +74,51 @@ pub async fn forward(key: BackendKey) {
     send(target).await;
 }
 
+async fn to_peer(app: &crate::app::App, key: BackendKey, peer: u32, ttl: u32) {
+    if ttl == 0 {
+        tracing::warn!(
+            peer,
+            "cancel request not forwarded: its time to live is exhausted (a loop between peers?)"
+        );
+        return;
+    }
+    let addr = {
+        let snap = app.snapshot.load();
+        let Some((_, p)) = snap.config.peers.iter().find(|(id, _)| *id == peer) else {
+            tracing::warn!(
+                peer,
+                "cancel request for peer {peer}, which is not in [peers]"
+            );
+            return;
+        };
+        if p.host.starts_with('/') {
+            ServerAddr::Unix {
+                path: format!("{}/.s.PGSQL.{}", p.host, p.port).into(),
+            }
+        } else {
+            ServerAddr::Tcp {
+                host: p.host.clone(),
+                port: p.port,
+            }
+        }
+    };
+    let key = BackendKey {
+        pid: key.pid,
+        secret: key.secret.wrapping_sub(1),
+    };
+    tracing::debug!(peer, %addr, "forwarding cancel request to peer");
+    send_to(&addr, key).await;
+}
+
 /// Sends a cancel request for the query running on `target`.
 pub async fn send(target: CancelTarget) {
-    let packet = messages::cancel_request(target.key.pid, target.key.secret);
+    send_to(&target.addr, target.key).await;
+}
+
+async fn send_to(addr: &ServerAddr, key: BackendKey) {
+    let packet = messages::cancel_request(key.pid, key.secret);
     let send = async {
-        match &*target.addr {
+        match addr {
             ServerAddr::Tcp { host, port } => {
                 let mut s = TcpStream::connect((host.as_str(), *port)).await?;
                 s.write_all(&packet).await?;
@@ -45,10 +132,10 @@ pub async fn send(target: CancelTarget) {
         }
     };
     match crate::timers::timeout(Duration::from_secs(10), send).await {
-        Ok(Ok(())) => tracing::debug!(server = %target.addr, "forwarded cancel request"),
+        Ok(Ok(())) => tracing::debug!(server = %addr, "forwarded cancel request"),
         Ok(Err(e)) => {
-            tracing::warn!(server = %target.addr, "could not forward cancel request: {e}")
+            tracing::warn!(server = %addr, "could not forward cancel request: {e}")
         }
-        Err(_) => tracing::warn!(server = %target.addr, "timed out forwarding cancel request"),
+        Err(_) => tracing::warn!(server = %addr, "timed out forwarding cancel request"),
     }
 }

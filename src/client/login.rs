@@ -223,7 +223,7 @@ pub async fn login(
                 }
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
-                Box::pin(crate::cancel::forward(BackendKey { pid, secret })).await;
+                Box::pin(crate::cancel::forward(app, BackendKey { pid, secret })).await;
                 return Ok(Outcome::Cancel);
             }
             Ok(StartupPacket::Startup { minor, .. }) => break (minor, payload),

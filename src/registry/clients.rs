@@ -362,7 +362,7 @@ impl ClientHandle {
             |pid| ClientInfo {
                 key: BackendKey {
                     pid,
-                    secret: rand::random(),
+                    secret: crate::cancel::new_secret(),
                 },
                 user: shared_name(user),
                 database: shared_name(database),

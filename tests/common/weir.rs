@@ -33,6 +33,8 @@ pub struct WeirBuilder {
     extra: String,
     /// Start weir with this soft RLIMIT_NOFILE (the hard limit is left as it is).
     nofile_soft: Option<u64>,
+    /// Listen on this port instead of a free one (several Weirs on one port).
+    port: Option<u16>,
 }
 
 impl WeirBuilder {
@@ -44,6 +46,13 @@ impl WeirBuilder {
     pub fn database(mut self, name: &str, connstr: &str) -> Self {
         self.databases.retain(|(n, _)| n != name);
         self.databases.push((name.into(), connstr.into()));
+        self
+    }
+
+    /// Listens on `port` instead of a free one (with so_reuseport, several Weirs share
+    /// one).
+    pub fn listen_on(mut self, port: u16) -> Self {
+        self.port = Some(port);
         self
     }
 
@@ -193,7 +202,7 @@ impl WeirBuilder {
         // Readable by others, so that `weir -u someone` can still read it.
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let port = free_port();
+        let port = self.port.unwrap_or_else(free_port);
         let ini = self.write(dir.path(), port);
         let mut cmd = weir_command();
         if let Some(soft) = self.nofile_soft {

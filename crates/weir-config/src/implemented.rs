@@ -58,6 +58,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "max_user_client_connections",
     "max_user_connections",
     "min_pool_size",
+    "peer_id",
     "pidfile",
     "pkt_buf",
     "pool_mode",

@@ -76,7 +76,7 @@ impl Loader {
                 Some(Section::General) => self.general_option(position, at, &key, &value),
                 Some(Section::Databases) => self.database(position, at, &key, &value),
                 Some(Section::Users) => self.user(position, at, &key, &value),
-                Some(Section::Peers) => self.peer(position, at, &key, &value),
+                Some(Section::Peers) => self.peer(at, &key, &value),
             },
         }
     }
@@ -191,25 +191,10 @@ impl Loader {
         Ok(())
     }
 
-    fn peer(
-        &mut self,
-        position: usize,
-        at: &Location,
-        key: &str,
-        connstr: &str,
-    ) -> Result<(), ConfigError> {
+    fn peer(&mut self, at: &Location, key: &str, connstr: &str) -> Result<(), ConfigError> {
         let fail = |m: String| at.error(m).with_option(key);
         let id = Peer::parse_id(key).map_err(fail)?;
         let peer = Peer::parse(connstr).map_err(fail)?;
-        if self.reported.insert((Section::Peers, "")) {
-            self.notices.push((
-                position,
-                format!(
-                    "{}: section [peers] is not implemented yet and is ignored",
-                    at.prefix()
-                ),
-            ));
-        }
         if let Some(entry) = self.peers.iter_mut().find(|(i, _)| *i == id) {
             entry.1 = peer;
         } else {

@@ -382,7 +382,6 @@ fn notices_for_unimplemented_settings() {
             ":10: [databases] parameter application_name is not implemented yet and is ignored",
             ":11: [databases] parameter query_wait_timeout is not implemented yet and is ignored",
             ":13: [users] parameter query_wait_timeout is not implemented yet and is ignored",
-            ":15: section [peers] is not implemented yet and is ignored",
         ]
     );
 }

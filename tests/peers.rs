@@ -1,0 +1,122 @@
+//! Peers (`peer_id`, `[peers]`): two Weir processes share one TCP port (so_reuseport),
+//! and a cancel request that reaches the one not holding the client is passed on to the
+//! one that does, as PgBouncer 1.19+ does behind a load balancer.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use common::proto::{cancel_request, query};
+use common::*;
+
+fn peer(pg: &PgServer, id: u32, port: u16, dirs: &[&Path; 2]) -> Weir {
+    Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("admin_users", "postgres")
+        .listen_on(port)
+        .set("so_reuseport", 1)
+        .set("peer_id", id)
+        .set("unix_socket_dir", dirs[id as usize - 1].display())
+        .extra(&format!(
+            "\n[peers]\n1 = host={} port={port}\n2 = host={} port={port}\n",
+            dirs[0].display(),
+            dirs[1].display()
+        ))
+        .start()
+}
+
+/// Sends a cancel request to the Weir listening in `dir`.
+fn cancel_via(dir: &Path, port: u16, key: (i32, i32)) {
+    let mut s = UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).unwrap();
+    s.write_all(&cancel_request(key.0, key.1)).unwrap();
+}
+
+/// Which of the two Weirs holds the client with this pid: its console (reached over its
+/// own Unix socket) lists it.
+fn holder(dirs: &[&Path; 2], port: u16, pid: i32) -> usize {
+    for (i, dir) in dirs.iter().enumerate() {
+        let dir = dir.display().to_string();
+        let rows = psql_at(&dir, port, "pgbouncer", "postgres", None, "SHOW CLIENTS")
+            .unwrap_or_else(|e| panic!("console of peer {}: {e}", i + 1));
+        if rows.split(['|', '\n']).any(|v| v == pid.to_string()) {
+            return i;
+        }
+    }
+    panic!("no peer lists client {pid}");
+}
+
+#[test]
+fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
+    let pg = PgServer::start();
+    let port = free_port();
+    let d1 = tempfile::tempdir().unwrap();
+    let d2 = tempfile::tempdir().unwrap();
+    let dirs = [d1.path(), d2.path()];
+    let w1 = peer(&pg, 1, port, &dirs);
+    let w2 = peer(&pg, 2, port, &dirs);
+
+    for attempt in 0..4 {
+        // Over TCP the kernel picks one of the two processes for each connection.
+        let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
+        let key = c.key.expect("BackendKeyData");
+        let held_by = holder(&dirs, port, key.0);
+        c.send(&query("select pg_sleep(30)"));
+        assert!(eventually(Duration::from_secs(10), || pg
+            .count_backends_where(
+                "query = 'select pg_sleep(30)' and state = 'active'"
+            )
+            == 1));
+        // The cancel goes to the other process, which must pass it on.
+        let other = dirs[1 - held_by];
+        cancel_via(other, port, key);
+        c.set_read_timeout(Duration::from_secs(10));
+        let err = c.error_or_eof().unwrap_or_else(|| {
+            panic!(
+                "attempt {attempt}: no error\n{}\n{}",
+                w1.log_tail(),
+                w2.log_tail()
+            )
+        });
+        assert_eq!(
+            err.code,
+            "57014",
+            "attempt {attempt}: {err:?}\n{}\n{}",
+            w1.log_tail(),
+            w2.log_tail()
+        );
+        c.read_until_ready();
+    }
+}
+
+/// A key whose time to live is spent is not passed on (a loop between peers ends).
+#[test]
+fn a_cancel_with_no_time_to_live_left_is_dropped() {
+    let pg = PgServer::start();
+    let port = free_port();
+    let d1 = tempfile::tempdir().unwrap();
+    let d2 = tempfile::tempdir().unwrap();
+    let dirs = [d1.path(), d2.path()];
+    let w1 = peer(&pg, 1, port, &dirs);
+    let _w2 = peer(&pg, 2, port, &dirs);
+    let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
+    let key = c.key.expect("BackendKeyData");
+    let held_by = holder(&dirs, port, key.0);
+    // The holder's stamp, with its time to live (the low 2 bits) taken to 0.
+    assert_eq!(
+        (key.1 as u32) >> 16,
+        held_by as u32 + 1,
+        "a peer stamps its id on its keys"
+    );
+    c.send(&query("select pg_sleep(1), 'finished'"));
+    cancel_via(dirs[1 - held_by], port, (key.0, key.1 & !3));
+    c.set_read_timeout(Duration::from_secs(10));
+    let msgs = c.read_until_ready();
+    assert!(
+        msgs.iter().all(|m| m.tag != b'E'),
+        "a spent key was passed on: {msgs:?}\n{}",
+        w1.log_tail()
+    );
+}
