@@ -178,7 +178,7 @@ fn sigterm_drain_timeout_closes_open_transaction() {
     let pg = PgServer::start();
     pg.exec("create table t (x int)");
     let http = free_port();
-    let mut weir = draining(&pg, http, 2);
+    let mut weir = draining(&pg, http, 3);
     let mut busy = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     busy.simple_query("begin").unwrap();
     busy.simple_query("insert into t values (1)").unwrap();
@@ -192,11 +192,13 @@ fn sigterm_drain_timeout_closes_open_transaction() {
         .error_or_eof()
         .expect("the client in a transaction was closed without an error");
     let waited = start.elapsed();
+    // The code is the kill path's 08P01 for now: it is set in src/client/mod.rs
+    // (Session::main), where 57P01 would be the right one for this reason.
     assert_eq!(err.severity, "FATAL", "{err:?}");
     assert_eq!(err.message, "pooler is shutting down", "{err:?}");
     assert!(
-        waited >= Duration::from_millis(1900),
-        "closed after {waited:?}, before the 2 s timeout"
+        waited >= Duration::from_millis(2900),
+        "closed after {waited:?}, before the 3 s timeout"
     );
     assert!(
         weir.wait_exit(Duration::from_secs(10)).is_some(),
@@ -238,4 +240,23 @@ fn sigterm_wait_for_clients_serves_connected_clients() {
         "a second SIGTERM did not exit at once\n{}",
         weir.log_tail()
     );
+}
+
+/// SIGQUIT exits at once whatever `shutdown_on_sigterm` says, open transaction or not
+/// (PgBouncer 1.23+'s immediate shutdown).
+#[test]
+fn sigquit_exits_at_once_even_when_sigterm_drains() {
+    let pg = PgServer::start();
+    let mut weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("shutdown_on_sigterm", "wait_for_servers")
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    c.simple_query("begin").unwrap();
+    c.simple_query("select 1").unwrap();
+    weir.signal(libc::SIGQUIT);
+    let st = weir
+        .wait_exit(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("SIGQUIT did not exit at once\n{}", weir.log_tail()));
+    assert!(st.success(), "exit status {st}");
 }
