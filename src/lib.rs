@@ -28,6 +28,7 @@ mod split;
 mod sql;
 mod stats;
 mod stream;
+mod systemd;
 mod tcp_options;
 mod timers;
 mod tls;
@@ -41,6 +42,7 @@ use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 
 use app::{App, Snapshot};
+use weir_config::SigtermShutdown;
 
 /// The whole program after the allocator is set up: what `main` returns.
 pub fn run() -> ExitCode {
@@ -179,10 +181,11 @@ async fn serve(
     http: Option<std::net::TcpListener>,
     sinks: logging::Sinks,
 ) -> ExitCode {
-    let (Ok(mut hup), Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::quit()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return ExitCode::FAILURE;
@@ -221,41 +224,109 @@ async fn serve(
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
-    loop {
+    systemd::notify("READY=1");
+    let graceful = loop {
         tokio::select! {
             _ = hup.recv() => {
                 sinks.reopen();
                 let _ = admin::reload_config(&app);
             }
             mode = admin::shutdown_requested() => match mode {
-                // SHUTDOWN: exit now, as SIGTERM.
-                admin::control::ShutdownMode::Immediate => return ExitCode::SUCCESS,
+                // SHUTDOWN: exit now, as SIGQUIT.
+                admin::control::ShutdownMode::Immediate => break false,
                 // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
                 // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
-                _ => break,
+                _ => break true,
             },
             _ = int.recv() => {
                 tracing::info!("got SIGINT, shutting down when transactions finish");
-                app.shutdown.cancel();
-                client::begin_shutdown();
-                break;
+                safe_shutdown(&app);
+                break true;
             }
             _ = term.recv() => {
-                tracing::info!("got SIGTERM, fast exit");
-                return ExitCode::SUCCESS;
+                let how = app.snapshot.load().config.general.shutdown_on_sigterm;
+                match how {
+                    SigtermShutdown::Immediate => {
+                        tracing::info!("got SIGTERM, fast exit");
+                        break false;
+                    }
+                    SigtermShutdown::WaitForServers => {
+                        tracing::info!("got SIGTERM, draining: shutting down when transactions finish");
+                        safe_shutdown(&app);
+                    }
+                    SigtermShutdown::WaitForClients => {
+                        tracing::info!("got SIGTERM, shutting down when the clients have left");
+                        let _ = admin::control::shutdown(&app, "WAIT_FOR_CLIENTS");
+                    }
+                }
+                break true;
+            }
+            _ = quit.recv() => {
+                tracing::info!("got SIGQUIT, fast exit");
+                break false;
             }
         }
+    };
+    systemd::notify("STOPPING=1");
+    if !graceful {
+        return ExitCode::SUCCESS;
     }
-    // Safe shutdown: every client leaves as soon as it holds no server in a transaction.
+    drain(&app, &mut term, &mut quit).await
+}
+
+/// SIGINT's safe shutdown (also SIGTERM's with `shutdown_on_sigterm = wait_for_servers`):
+/// the listeners close, /readyz turns 503, and every client leaves as soon as it holds no
+/// server in a transaction.
+fn safe_shutdown(app: &App) {
+    app.shutdown.cancel();
+    client::begin_shutdown();
+}
+
+/// Waits for the clients to leave, for at most `shutdown_drain_timeout` (read now: a
+/// reload may have changed it); then the rest are told "pooler is shutting down" and
+/// closed. A SIGTERM or SIGQUIT meanwhile exits at once, as in PgBouncer 1.23+.
+async fn drain(
+    app: &App,
+    term: &mut tokio::signal::unix::Signal,
+    quit: &mut tokio::signal::unix::Signal,
+) -> ExitCode {
+    let limit = app.snapshot.load().config.general.shutdown_drain_timeout;
+    let deadline = (!limit.is_zero()).then(|| std::time::Instant::now() + limit);
+    // When the stragglers were told to go. A client's goodbye is bounded (see
+    // `client::refuse`), so past this grace the process exits whoever is left.
+    let mut killed_at: Option<std::time::Instant> = None;
+    const GOODBYE_GRACE: Duration = Duration::from_secs(6);
     loop {
         let n = app.clients.load(Ordering::Relaxed);
         if n == 0 {
             break;
         }
+        let now = std::time::Instant::now();
+        match (deadline, killed_at) {
+            (Some(d), None) if now >= d => {
+                tracing::warn!(
+                    "shutdown_drain_timeout ({} s) reached: closing {n} remaining clients",
+                    limit.as_secs()
+                );
+                for c in registry::clients::CLIENTS.snapshot() {
+                    c.kill(registry::clients::KillReason::Shutdown);
+                }
+                killed_at = Some(now);
+            }
+            (_, Some(k)) if now.duration_since(k) >= GOODBYE_GRACE => {
+                tracing::warn!("{n} clients did not leave after being closed; exiting");
+                return ExitCode::SUCCESS;
+            }
+            _ => {}
+        }
         tokio::select! {
             _ = crate::timers::sleep(Duration::from_millis(50)) => {}
             _ = term.recv() => {
                 tracing::info!("got SIGTERM during shutdown, fast exit");
+                return ExitCode::SUCCESS;
+            }
+            _ = quit.recv() => {
+                tracing::info!("got SIGQUIT during shutdown, fast exit");
                 return ExitCode::SUCCESS;
             }
         }

@@ -366,8 +366,17 @@ pub fn disable(app: &App, arg: &str, enable: bool) -> Result<&'static str, Strin
     }
 }
 
-/// Re-reads the configuration file and applies it: RELOAD and SIGHUP.
+/// Re-reads the configuration file and applies it: RELOAD and SIGHUP. systemd is told
+/// (RELOADING=1, then READY=1 whether the new file was good or not), so that a
+/// `Type=notify` unit shows the reload.
 pub fn reload_config(app: &App) -> Result<(), String> {
+    crate::systemd::reloading();
+    let result = load_and_apply(app);
+    crate::systemd::notify("READY=1");
+    result
+}
+
+fn load_and_apply(app: &App) -> Result<(), String> {
     match Snapshot::load(&app.config_path) {
         Ok(snap) => {
             for notice in &snap.config.notices {

@@ -94,12 +94,14 @@ pub struct ClientInfo {
     startup: arc_swap::ArcSwapOption<crate::params::ParamSet>,
 }
 
-/// Why the admin console disconnects a client: what the client is told.
+/// Why the admin console (or a shutdown) disconnects a client: what the client is told.
 #[derive(Debug, Clone, Copy)]
 #[repr(u8)]
 pub enum KillReason {
     DatabaseRemoved = 1,
     AdminForced = 2,
+    /// A graceful shutdown ran out of `shutdown_drain_timeout`.
+    Shutdown = 3,
 }
 
 impl KillReason {
@@ -107,6 +109,7 @@ impl KillReason {
         match code {
             1 => Some(KillReason::DatabaseRemoved),
             2 => Some(KillReason::AdminForced),
+            3 => Some(KillReason::Shutdown),
             _ => None,
         }
     }
@@ -115,6 +118,7 @@ impl KillReason {
         match self {
             KillReason::DatabaseRemoved => "database removed",
             KillReason::AdminForced => "admin forced disconnect",
+            KillReason::Shutdown => "pooler is shutting down",
         }
     }
 }

@@ -16,6 +16,8 @@ pub fn weir_bin() -> &'static str {
 pub fn weir_command() -> Command {
     let mut cmd = super::clean_command(weir_bin());
     cmd.env_remove("RUST_LOG");
+    // Only a test that means to be Weir's systemd gets notified.
+    cmd.env_remove("NOTIFY_SOCKET");
     cmd
 }
 
@@ -35,6 +37,8 @@ pub struct WeirBuilder {
     nofile_soft: Option<u64>,
     /// Listen on this port instead of a free one (several Weirs on one port).
     port: Option<u16>,
+    /// Environment variables set for weir.
+    envs: Vec<(String, String)>,
 }
 
 impl WeirBuilder {
@@ -101,6 +105,12 @@ impl WeirBuilder {
                 .map(|(u, p)| (u.to_string(), p.to_string()))
                 .collect(),
         );
+        self
+    }
+
+    /// An environment variable for the weir process (e.g. NOTIFY_SOCKET).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.into(), value.into()));
         self
     }
 
@@ -222,6 +232,7 @@ impl WeirBuilder {
             }
         }
         let child = cmd
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .args(&self.args)
             .arg(&ini)
             .stdout(Stdio::from(

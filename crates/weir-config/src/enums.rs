@@ -99,6 +99,18 @@ lookup_enum! {
     }
 }
 
+lookup_enum! {
+    /// Weir's `shutdown_on_sigterm`: which of the admin console's SHUTDOWN modes SIGTERM
+    /// means. `immediate` is PgBouncer before 1.23 (and Debian's 1.18); `wait_for_clients`
+    /// is PgBouncer 1.23+'s "super safe shutdown"; `wait_for_servers` is SIGINT's safe
+    /// shutdown, the drain for Kubernetes.
+    SigtermShutdown {
+        Immediate = "immediate",
+        WaitForServers = "wait_for_servers",
+        WaitForClients = "wait_for_clients",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::enums::{AuthType, PoolMode, SslMode};
+use crate::enums::{AuthType, PoolMode, SigtermShutdown, SslMode};
 use crate::value::OptionValue;
 
 const fn secs(s: u64) -> Duration {
@@ -190,6 +190,14 @@ general_options! {
     server_tls_key_file: Option<PathBuf> = None;
     server_tls_protocols: String = "secure".to_owned();
     server_tls_sslmode: SslMode = SslMode::Prefer;
+    /// Weir's own option: the longest a graceful shutdown (SIGINT, SIGTERM unless
+    /// `shutdown_on_sigterm = immediate`, SHUTDOWN WAIT_FOR_SERVERS or WAIT_FOR_CLIENTS)
+    /// waits for clients before closing the rest with 57P01. Zero means no limit, as
+    /// PgBouncer.
+    shutdown_drain_timeout: Duration = secs(0);
+    /// Weir's own option: what SIGTERM does (see `SigtermShutdown`). The default is
+    /// Weir's and PgBouncer 1.18's immediate exit.
+    shutdown_on_sigterm: SigtermShutdown = SigtermShutdown::Immediate;
     so_reuseport: bool = false;
     stats_period: Duration = secs(60);
     stats_users: Vec<String> = Vec::new();

@@ -84,6 +84,9 @@ pub const IMPLEMENTED: &[&str] = &[
     "server_tls_key_file",
     "server_tls_protocols",
     "server_tls_sslmode",
+    // Weir's own (graceful shutdown), not PgBouncer options.
+    "shutdown_drain_timeout",
+    "shutdown_on_sigterm",
     "so_reuseport",
     "stats_period",
     "stats_users",

@@ -27,7 +27,9 @@ pub use auth_file::{
     load_auth_file, load_auth_file_with_notices, parse_auth_file, AuthFile, LoadedAuthFile,
 };
 pub use database::{Database, DEFAULT_PORT};
-pub use enums::{AuthType, LoadBalanceHosts, PoolMode, SslMode, TargetSessionAttrs};
+pub use enums::{
+    AuthType, LoadBalanceHosts, PoolMode, SigtermShutdown, SslMode, TargetSessionAttrs,
+};
 pub use error::ConfigError;
 pub use general::General;
 pub use implemented::{

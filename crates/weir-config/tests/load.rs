@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use weir_config::{
     load, load_auth_file, load_auth_file_with_notices, AuthType, ConfigError, Database, General,
-    LoadBalanceHosts, PoolMode, SslMode,
+    LoadBalanceHosts, PoolMode, SigtermShutdown, SslMode,
 };
 
 /// A scratch directory holding config files.
@@ -79,6 +79,8 @@ fn every_documented_option_is_accepted_and_typed() {
     assert_eq!(g.server_check_query.as_deref(), Some("select 1"));
     assert_eq!(g.server_reset_query.as_deref(), Some("DEALLOCATE ALL"));
     assert_eq!(g.server_tls_sslmode, SslMode::VerifyFull);
+    assert_eq!(g.shutdown_drain_timeout, Duration::from_secs(25));
+    assert_eq!(g.shutdown_on_sigterm, SigtermShutdown::WaitForServers);
     assert_eq!(g.stats_users, vec!["stats", "monitor"]);
     assert!(g.syslog);
     assert_eq!(g.tcp_user_timeout, 5000);
