@@ -192,9 +192,8 @@ fn sigterm_drain_timeout_closes_open_transaction() {
         .error_or_eof()
         .expect("the client in a transaction was closed without an error");
     let waited = start.elapsed();
-    // The code is the kill path's 08P01 for now: it is set in src/client/mod.rs
-    // (Session::main), where 57P01 would be the right one for this reason.
     assert_eq!(err.severity, "FATAL", "{err:?}");
+    assert_eq!(err.code, "57P01", "{err:?}");
     assert_eq!(err.message, "pooler is shutting down", "{err:?}");
     assert!(
         waited >= Duration::from_millis(2900),

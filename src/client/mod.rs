@@ -460,7 +460,10 @@ impl Session {
             biased;
             why = info.killed() => {
                 crate::conn_log::pooler_error(&info, why);
-                refuse(&mut self.stream, &PgError::fatal("08P01", why)).await;
+                // A shutdown's drain timeout is the server going away (57P01, as
+                // PostgreSQL's own shutdown says); KILL and a removed database, 08P01.
+                let code = if why == crate::registry::clients::KillReason::Shutdown.message() { "57P01" } else { "08P01" };
+                refuse(&mut self.stream, &PgError::fatal(code, why)).await;
                 why.to_owned()
             }
             r = self.run(resumed) => match r {
