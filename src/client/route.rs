@@ -166,6 +166,11 @@ impl Session {
         if self.route() < READ_ON_PRIMARY || !matches!(frame.tag, b'Q' | b'P' | b'B' | b'F') {
             return false;
         }
+        // Nothing sent yet and nothing answered: this is the request the lease was routed
+        // for, looked at whole then (a request not all there was routed as a write).
+        if self.exchange.pending == 0 && !self.exchange.answered {
+            return false;
+        }
         let Some(body) = frame.body.clone() else {
             return false;
         };

@@ -163,6 +163,41 @@ fn dollar_tag(sql: &[u8], i: usize) -> Option<usize> {
     (sql.get(j) == Some(&b'$')).then_some(j + 1)
 }
 
+/// The end of a numeric literal starting at `i`: digits (and `_`), a fraction, an
+/// exponent, or a 0x/0o/0b integer. Letters right after it are not part of it (PostgreSQL
+/// rejects `1for`; the key keeps them, so `select 1for update` and `select 1 update`
+/// stay apart).
+fn number_end(sql: &[u8], mut i: usize) -> usize {
+    let digits = |mut i: usize, ok: fn(u8) -> bool| {
+        while i < sql.len() && (ok(sql[i]) || sql[i] == b'_') {
+            i += 1;
+        }
+        i
+    };
+    if sql[i] == b'0'
+        && matches!(
+            sql.get(i + 1),
+            Some(b'x' | b'X' | b'o' | b'O' | b'b' | b'B')
+        )
+    {
+        return digits(i + 2, |c| c.is_ascii_hexdigit());
+    }
+    i = digits(i, |c| c.is_ascii_digit());
+    if sql.get(i) == Some(&b'.') && sql.get(i + 1) != Some(&b'.') {
+        i = digits(i + 1, |c| c.is_ascii_digit());
+    }
+    if matches!(sql.get(i), Some(b'e' | b'E')) {
+        let mut j = i + 1;
+        if matches!(sql.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        if sql.get(j).is_some_and(u8::is_ascii_digit) {
+            i = digits(j, |c| c.is_ascii_digit());
+        }
+    }
+    i
+}
+
 /// Writes the cache key of `sql` to `out` (see the module's comment).
 pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;
@@ -223,11 +258,7 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
                 }
             }
             b'0'..=b'9' if !prev_ident(out) => {
-                while i < sql.len()
-                    && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'.')
-                {
-                    i += 1;
-                }
+                i = number_end(sql, i);
                 out.push(b'0');
             }
             _ => {
