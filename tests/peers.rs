@@ -28,6 +28,38 @@ fn peer(pg: &PgServer, id: u32, port: u16, dirs: &[&Path; 2]) -> Weir {
         .start()
 }
 
+/// Two peers on one port, each also on a Unix socket in its own directory.
+struct Peers {
+    port: u16,
+    _dirs: [tempfile::TempDir; 2],
+    paths: [std::path::PathBuf; 2],
+    weirs: [Weir; 2],
+}
+
+fn two_peers(pg: &PgServer) -> Peers {
+    let port = free_port();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let paths = [dirs[0].path().to_owned(), dirs[1].path().to_owned()];
+    let both = [paths[0].as_path(), paths[1].as_path()];
+    let weirs = [peer(pg, 1, port, &both), peer(pg, 2, port, &both)];
+    Peers {
+        port,
+        _dirs: dirs,
+        paths,
+        weirs,
+    }
+}
+
+impl Peers {
+    fn dirs(&self) -> [&Path; 2] {
+        [self.paths[0].as_path(), self.paths[1].as_path()]
+    }
+
+    fn logs(&self) -> String {
+        format!("{}\n{}", self.weirs[0].log_tail(), self.weirs[1].log_tail())
+    }
+}
+
 /// Sends a cancel request to the Weir listening in `dir`.
 fn cancel_via(dir: &Path, port: u16, key: (i32, i32)) {
     let mut s = UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).unwrap();
@@ -51,13 +83,8 @@ fn holder(dirs: &[&Path; 2], port: u16, pid: i32) -> usize {
 #[test]
 fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
     let pg = PgServer::start();
-    let port = free_port();
-    let d1 = tempfile::tempdir().unwrap();
-    let d2 = tempfile::tempdir().unwrap();
-    let dirs = [d1.path(), d2.path()];
-    let w1 = peer(&pg, 1, port, &dirs);
-    let w2 = peer(&pg, 2, port, &dirs);
-
+    let peers = two_peers(&pg);
+    let (port, dirs) = (peers.port, peers.dirs());
     for attempt in 0..4 {
         // Over TCP the kernel picks one of the two processes for each connection.
         let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
@@ -73,19 +100,14 @@ fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
         let other = dirs[1 - held_by];
         cancel_via(other, port, key);
         c.set_read_timeout(Duration::from_secs(10));
-        let err = c.error_or_eof().unwrap_or_else(|| {
-            panic!(
-                "attempt {attempt}: no error\n{}\n{}",
-                w1.log_tail(),
-                w2.log_tail()
-            )
-        });
+        let err = c
+            .error_or_eof()
+            .unwrap_or_else(|| panic!("attempt {attempt}: no error\n{}", peers.logs()));
         assert_eq!(
             err.code,
             "57014",
-            "attempt {attempt}: {err:?}\n{}\n{}",
-            w1.log_tail(),
-            w2.log_tail()
+            "attempt {attempt}: {err:?}\n{}",
+            peers.logs()
         );
         c.read_until_ready();
     }
@@ -95,12 +117,8 @@ fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
 #[test]
 fn a_cancel_with_no_time_to_live_left_is_dropped() {
     let pg = PgServer::start();
-    let port = free_port();
-    let d1 = tempfile::tempdir().unwrap();
-    let d2 = tempfile::tempdir().unwrap();
-    let dirs = [d1.path(), d2.path()];
-    let w1 = peer(&pg, 1, port, &dirs);
-    let _w2 = peer(&pg, 2, port, &dirs);
+    let peers = two_peers(&pg);
+    let (port, dirs) = (peers.port, peers.dirs());
     let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
     let key = c.key.expect("BackendKeyData");
     let held_by = holder(&dirs, port, key.0);
@@ -117,6 +135,6 @@ fn a_cancel_with_no_time_to_live_left_is_dropped() {
     assert!(
         msgs.iter().all(|m| m.tag != b'E'),
         "a spent key was passed on: {msgs:?}\n{}",
-        w1.log_tail()
+        peers.logs()
     );
 }
