@@ -25,8 +25,8 @@ pub enum StandbyLease {
     Close,
 }
 
-/// Messages looked at when routing a request: a longer pipeline is routed by its start
-/// (what follows a read on a standby is looked at by the relay).
+/// Messages looked at when routing a request: a longer pipeline goes to the primary (what
+/// follows a request routed to a standby is looked at by the relay).
 const MAX_MESSAGES: usize = 256;
 
 /// Where `route` sits in `Session::ties`.
