@@ -11,7 +11,9 @@ use std::rc::Rc;
 #[cfg(test)]
 use super::classify::Class;
 use super::classify::{classify, Verdict};
-use crate::sql::lexer::{is_ident_byte as is_ident, skip_block_comment as skip_comment};
+use crate::sql::lexer::{
+    block_comment_end, is_ident_byte as is_ident, skip_block_comment as skip_comment,
+};
 
 /// Entries per worker thread; the map starts again empty when it is full (the statements
 /// an application runs are usually a few hundred).
@@ -54,18 +56,24 @@ pub fn verdict(sql: &[u8]) -> Rc<Verdict> {
     v
 }
 
+fn classify_text(sql: &[u8]) -> Verdict {
+    match std::str::from_utf8(sql) {
+        Ok(text) => classify(text),
+        Err(_) => Verdict::write(),
+    }
+}
+
 fn lookup(sql: &[u8]) -> Rc<Verdict> {
     KEY.with(|k| {
         let mut key = k.borrow_mut();
         key.clear();
-        normalize(sql, &mut key);
+        if !normalize(sql, &mut key) {
+            return Rc::new(classify_text(sql));
+        }
         if let Some(v) = CACHE.with(|c| c.borrow().get(key.as_slice()).cloned()) {
             return v;
         }
-        let v = Rc::new(match std::str::from_utf8(sql) {
-            Ok(text) => classify(text),
-            Err(_) => Verdict::write(),
-        });
+        let v = Rc::new(classify_text(sql));
         CACHE.with(|c| {
             let mut c = c.borrow_mut();
             if c.len() >= CAPACITY {
@@ -129,7 +137,7 @@ fn starts_with_write(sql: &[u8]) -> bool {
 
 /// Past a quoted literal or identifier opening at `i` (`quote` doubled inside is one
 /// quote; with `backslash`, as in E'..', a backslash escapes the next byte).
-fn skip_quoted(sql: &[u8], mut i: usize, quote: u8, backslash: bool) -> usize {
+fn skip_quoted(sql: &[u8], mut i: usize, quote: u8, backslash: bool) -> Option<usize> {
     i += 1;
     while i < sql.len() {
         let c = sql[i];
@@ -139,13 +147,13 @@ fn skip_quoted(sql: &[u8], mut i: usize, quote: u8, backslash: bool) -> usize {
             if sql.get(i + 1) == Some(&quote) {
                 i += 2;
             } else {
-                return i + 1;
+                return Some(i + 1);
             }
         } else {
             i += 1;
         }
     }
-    i
+    None
 }
 
 /// The end of a $tag$ opening at `i`, if one does.
@@ -198,14 +206,19 @@ fn number_end(sql: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Writes the cache key of `sql` to `out` (see the module's comment).
-pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
+/// Writes the cache key of `sql` to `out` (see the module's comment). False when the text
+/// has no key: a comment, literal or quoted name is not closed, or it holds a NUL byte
+/// (the parser reads such a text otherwise than a closed one).
+pub fn normalize(sql: &[u8], out: &mut Vec<u8>) -> bool {
     let mut i = 0;
     let mut space = false;
     let prev_ident = |out: &Vec<u8>| out.last().is_some_and(|&c| is_ident(c));
     while i < sql.len() {
         let c = sql[i];
         let start = i;
+        if c == 0 {
+            return false;
+        }
         if c.is_ascii_whitespace() {
             i += 1;
             space = true;
@@ -219,7 +232,10 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
             continue;
         }
         if c == b'/' && sql.get(i + 1) == Some(&b'*') {
-            i = skip_comment(sql, i);
+            let Some(end) = block_comment_end(sql, i) else {
+                return false;
+            };
+            i = end;
             space = true;
             continue;
         }
@@ -232,12 +248,18 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
                 // E'..' (the E just copied, on its own, not the end of a word).
                 let e =
                     i >= 1 && matches!(sql[i - 1], b'e' | b'E') && (i < 2 || !is_ident(sql[i - 2]));
-                i = skip_quoted(sql, i, b'\'', e);
+                let Some(end) = skip_quoted(sql, i, b'\'', e) else {
+                    return false;
+                };
+                i = end;
                 out.extend_from_slice(b"'?'");
             }
             b'"' => {
-                i = skip_quoted(sql, i, b'"', false);
-                out.extend_from_slice(&sql[start..i.min(sql.len())]);
+                let Some(end) = skip_quoted(sql, i, b'"', false) else {
+                    return false;
+                };
+                i = end;
+                out.extend_from_slice(&sql[start..i]);
             }
             b'$' if !prev_ident(out) => {
                 if let Some(end) = dollar_tag(sql, i) {
@@ -245,7 +267,7 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
                     let body = &sql[end..];
                     i = match body.windows(tag.len()).position(|w| w == tag) {
                         Some(p) => end + p + tag.len(),
-                        None => sql.len(),
+                        None => return false,
                     };
                     out.extend_from_slice(b"'?'");
                 } else {
@@ -267,6 +289,7 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) {
             }
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -275,7 +298,7 @@ mod tests {
 
     fn key(sql: &str) -> String {
         let mut out = Vec::new();
-        normalize(sql.as_bytes(), &mut out);
+        assert!(normalize(sql.as_bytes(), &mut out), "{sql}");
         String::from_utf8(out).unwrap()
     }
 
@@ -297,6 +320,23 @@ mod tests {
         );
         assert_ne!(key("select f(1)"), key("select g(1)"));
         assert_ne!(key("select 1; delete from t"), key("select 1"));
+    }
+
+    #[test]
+    fn unclosed_texts_have_no_key() {
+        for sql in [
+            "select '",
+            "select 'a''",
+            "/* /* x */",
+            "select \"a",
+            "select $q$ x",
+            "select 1\0",
+        ] {
+            assert!(!normalize(sql.as_bytes(), &mut Vec::new()), "{sql}");
+        }
+        // Classified each time by the parser, which rejects them: writes.
+        assert_eq!(verdict(b"/* /* ns'f('\0'5e3, $1)").class, Class::Write);
+        assert_eq!(verdict(b"/* unclosed").class, Class::Write);
     }
 
     #[test]

@@ -104,8 +104,13 @@ pub fn is_ident_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
-/// Block comments nest in PostgreSQL.
-pub fn skip_block_comment(b: &[u8], mut i: usize) -> usize {
+/// Block comments nest in PostgreSQL; an unterminated one runs to the end.
+pub fn skip_block_comment(b: &[u8], i: usize) -> usize {
+    block_comment_end(b, i).unwrap_or(b.len())
+}
+
+/// Past the comment opening at `i`, or None when it is never closed.
+pub fn block_comment_end(b: &[u8], mut i: usize) -> Option<usize> {
     let mut depth = 0usize;
     while i < b.len() {
         if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
@@ -115,13 +120,13 @@ pub fn skip_block_comment(b: &[u8], mut i: usize) -> usize {
             depth -= 1;
             i += 2;
             if depth == 0 {
-                return i;
+                return Some(i);
             }
         } else {
             i += 1;
         }
     }
-    i
+    None
 }
 
 /// A literal opened by `q` at `i`; doubled quotes stand for one, and with `escapes`
