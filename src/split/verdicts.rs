@@ -210,15 +210,15 @@ fn number_end(sql: &[u8], mut i: usize) -> usize {
 /// has no key: a comment, literal or quoted name is not closed, or it holds a NUL byte
 /// (the parser reads such a text otherwise than a closed one).
 pub fn normalize(sql: &[u8], out: &mut Vec<u8>) -> bool {
+    if sql.contains(&0) {
+        return false;
+    }
     let mut i = 0;
     let mut space = false;
     let prev_ident = |out: &Vec<u8>| out.last().is_some_and(|&c| is_ident(c));
     while i < sql.len() {
         let c = sql[i];
         let start = i;
-        if c == 0 {
-            return false;
-        }
         if c.is_ascii_whitespace() {
             i += 1;
             space = true;
