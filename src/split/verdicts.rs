@@ -176,23 +176,43 @@ fn dollar_tag(sql: &[u8], i: usize) -> Option<usize> {
 /// rejects `1for`; the key keeps them, so `select 1for update` and `select 1 update`
 /// stay apart).
 fn number_end(sql: &[u8], mut i: usize) -> usize {
+    // Digits of one base, `_` only between two of them (as PostgreSQL 16+ takes them).
     let digits = |mut i: usize, ok: fn(u8) -> bool| {
-        while i < sql.len() && (ok(sql[i]) || sql[i] == b'_') {
-            i += 1;
+        while i < sql.len() {
+            if ok(sql[i]) {
+                i += 1;
+            } else if sql[i] == b'_'
+                && i + 1 < sql.len()
+                && ok(sql[i + 1])
+                && i > 0
+                && ok(sql[i - 1])
+            {
+                i += 2;
+            } else {
+                break;
+            }
         }
         i
     };
-    if sql[i] == b'0'
-        && matches!(
-            sql.get(i + 1),
-            Some(b'x' | b'X' | b'o' | b'O' | b'b' | b'B')
-        )
-    {
-        return digits(i + 2, |c| c.is_ascii_hexdigit());
+    let base: Option<fn(u8) -> bool> = match (sql[i], sql.get(i + 1)) {
+        (b'0', Some(b'x' | b'X')) => Some(|c| c.is_ascii_hexdigit()),
+        (b'0', Some(b'o' | b'O')) => Some(|c| (b'0'..=b'7').contains(&c)),
+        (b'0', Some(b'b' | b'B')) => Some(|c| c == b'0' || c == b'1'),
+        _ => None,
+    };
+    if let Some(ok) = base {
+        if sql.get(i + 2).is_some_and(|&c| ok(c)) {
+            return digits(i + 2, ok);
+        }
+        // "0x" with no digit after it: the 0 alone (the x is kept in the key).
+        return i + 1;
     }
     i = digits(i, |c| c.is_ascii_digit());
     if sql.get(i) == Some(&b'.') && sql.get(i + 1) != Some(&b'.') {
-        i = digits(i + 1, |c| c.is_ascii_digit());
+        i += 1;
+        if sql.get(i).is_some_and(u8::is_ascii_digit) {
+            i = digits(i, |c| c.is_ascii_digit());
+        }
     }
     if matches!(sql.get(i), Some(b'e' | b'E')) {
         let mut j = i + 1;
@@ -245,14 +265,21 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) -> bool {
         space = false;
         match c {
             b'\'' => {
-                // E'..' (the E just copied, on its own, not the end of a word).
+                // E'..' (the E just copied, on its own, not the end of a word) and U&'..'
+                // have escapes the parser may reject: they are kept whole. A plain
+                // literal has none (standard_conforming_strings=off is never cached).
                 let e =
                     i >= 1 && matches!(sql[i - 1], b'e' | b'E') && (i < 2 || !is_ident(sql[i - 2]));
+                let u = i >= 1 && sql[i - 1] == b'&';
                 let Some(end) = skip_quoted(sql, i, b'\'', e) else {
                     return false;
                 };
                 i = end;
-                out.extend_from_slice(b"'?'");
+                if e || u {
+                    out.extend_from_slice(&sql[start..i]);
+                } else {
+                    out.extend_from_slice(b"'?'");
+                }
             }
             b'"' => {
                 let Some(end) = skip_quoted(sql, i, b'"', false) else {
@@ -313,7 +340,11 @@ mod tests {
             "select 0, t1.a2 from t1"
         );
         assert_eq!(key("select $1, $$a$$, $q$b$q$"), "select $1, '?', '?'");
-        assert_eq!(key(r"select E'a\'b', 'c'"), "select e'?', '?'");
+        assert_eq!(key(r"select E'a\'b', 'c'"), r"select e'a\'b', '?'");
+        assert_ne!(key(r"select U&'\zzzz'"), key("select U&'a'"));
+        assert_ne!(key("select 0x"), key("select 1"));
+        assert_ne!(key("select 1_"), key("select 1"));
+        assert_ne!(key("select 0b12"), key("select 0b1"));
         assert_eq!(
             key(r#"select "Quoted ""x""" from t"#),
             r#"select "Quoted ""x""" from t"#
