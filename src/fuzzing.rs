@@ -387,18 +387,27 @@ pub fn connstr(data: &[u8]) {
 }
 
 /// read_write_split's view of a query text from a client: the cache key, the first-word
-/// shortcut and PostgreSQL's parser (libpg_query) on arbitrary bytes. Also checks that a
-/// text and the same text with a write appended never share a cache key.
+/// shortcut and PostgreSQL's parser (libpg_query) on arbitrary bytes. Also checks what
+/// routing relies on: a text the parser reads as a write is never given a cached verdict
+/// of read (say by sharing a key with a read). A text the parser rejects may get any
+/// verdict: the server rejects it wherever it goes.
 pub fn split_verdict(data: &[u8]) {
+    use crate::split::Class;
     let v = crate::split::verdicts::verdict(data);
     let _ = crate::split::verdicts::normalize(data, &mut Vec::new());
-    if let Ok(text) = std::str::from_utf8(data) {
-        let direct = crate::split::classify::classify(text);
-        assert!(
-            data.len() > crate::split::verdicts::MAX_PARSED
-                || v.class == direct.class
-                || v.class == crate::split::Class::Write,
-            "cached verdict {v:?} differs from the parser's {direct:?}"
-        );
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if data.len() > crate::split::verdicts::MAX_PARSED || pg_query::parse(text, 0).is_err() {
+        return;
     }
+    let direct = crate::split::classify::classify(text);
+    assert!(
+        direct.class != Class::Write || v.class == Class::Write,
+        "cached verdict {v:?} for a text the parser reads as a write"
+    );
+    assert!(
+        v.class != Class::Read || direct.class != Class::Read || v.calls == direct.calls,
+        "cached verdict {v:?} calls other functions than the parser's {direct:?}"
+    );
 }

@@ -92,7 +92,7 @@ fn starts_with_write(sql: &[u8]) -> bool {
         match sql.get(i) {
             Some(c) if c.is_ascii_whitespace() || *c == b'(' => i += 1,
             Some(b'-') if sql.get(i + 1) == Some(&b'-') => {
-                while sql.get(i).is_some_and(|&c| c != b'\n') {
+                while sql.get(i).is_some_and(|&c| c != b'\n' && c != b'\r') {
                     i += 1;
                 }
             }
@@ -245,7 +245,8 @@ pub fn normalize(sql: &[u8], out: &mut Vec<u8>) -> bool {
             continue;
         }
         if c == b'-' && sql.get(i + 1) == Some(&b'-') {
-            while i < sql.len() && sql[i] != b'\n' {
+            // A -- comment ends at a newline or a carriage return, as PostgreSQL's.
+            while i < sql.len() && sql[i] != b'\n' && sql[i] != b'\r' {
                 i += 1;
             }
             space = true;
@@ -343,6 +344,7 @@ mod tests {
         assert_eq!(key(r"select E'a\'b', 'c'"), r"select e'a\'b', '?'");
         assert_ne!(key(r"select U&'\zzzz'"), key("select U&'a'"));
         assert_ne!(key("select 0x"), key("select 1"));
+        assert_ne!(key("--\r$"), key(""));
         assert_ne!(key("select 1_"), key("select 1"));
         assert_ne!(key("select 0b12"), key("select 0b1"));
         assert_eq!(
