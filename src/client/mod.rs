@@ -458,11 +458,8 @@ impl Session {
         // the kill check (one atomic) goes first so that a busy session still sees it.
         let reason = tokio::select! {
             biased;
-            why = info.killed() => {
+            (code, why) = info.killed() => {
                 crate::conn_log::pooler_error(&info, why);
-                // A shutdown's drain timeout is the server going away (57P01, as
-                // PostgreSQL's own shutdown says); KILL and a removed database, 08P01.
-                let code = if why == crate::registry::clients::KillReason::Shutdown.message() { "57P01" } else { "08P01" };
                 refuse(&mut self.stream, &PgError::fatal(code, why)).await;
                 why.to_owned()
             }

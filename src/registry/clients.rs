@@ -114,6 +114,15 @@ impl KillReason {
         }
     }
 
+    /// A shutdown's drain timeout is the server going away (57P01, as PostgreSQL's own
+    /// shutdown says); KILL and a removed database, 08P01 as PgBouncer's.
+    pub fn sqlstate(self) -> &'static str {
+        match self {
+            KillReason::Shutdown => "57P01",
+            KillReason::DatabaseRemoved | KillReason::AdminForced => "08P01",
+        }
+    }
+
     pub fn message(self) -> &'static str {
         match self {
             KillReason::DatabaseRemoved => "database removed",
@@ -207,10 +216,11 @@ impl ClientInfo {
     }
 
     /// Resolves once the client was killed, with the reason to tell it.
-    pub async fn killed(&self) -> &'static str {
+    /// Waits for a kill; returns the SQLSTATE and message the client is to be told.
+    pub async fn killed(&self) -> (&'static str, &'static str) {
         self.any_of(KILL).await;
         KillReason::from_code(self.kill_reason.load(Ordering::Acquire))
-            .map_or("killed", KillReason::message)
+            .map_or(("08P01", "killed"), |r| (r.sqlstate(), r.message()))
     }
 
     fn end_wait(&self) {
