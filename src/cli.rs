@@ -22,6 +22,10 @@ pub struct Args {
     /// More verbose logging; repeat for more.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Online restart: take over the listening sockets and the idle clients of the Weir
+    /// running with this configuration, which then exits once its last transaction ends.
+    #[arg(short = 'R', long = "reboot", visible_alias = "takeover")]
+    pub reboot: bool,
     /// Switch to this user at startup.
     #[arg(short = 'u', long = "user")]
     pub user: Option<String>,

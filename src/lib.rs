@@ -29,6 +29,7 @@ mod sql;
 mod stats;
 mod stream;
 mod systemd;
+mod takeover;
 mod tcp_options;
 mod timers;
 mod tls;
@@ -64,7 +65,8 @@ pub fn run() -> ExitCode {
         eprintln!("weir: daemon mode needs pidfile configured");
         return ExitCode::FAILURE;
     }
-    if let Some(pidfile) = &g.pidfile {
+    // An online restart replaces the running process: its pidfile is expected.
+    if let Some(pidfile) = g.pidfile.as_ref().filter(|_| !args.reboot) {
         if let Err(e) = cli::check_pidfile(pidfile) {
             eprintln!("weir: {e}");
             return ExitCode::FAILURE;
@@ -76,20 +78,36 @@ pub fn run() -> ExitCode {
         0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
         n => n as usize,
     };
-    let listeners = match listener::bind_all_std(g, workers) {
-        Ok(l) => l,
-        Err(e) => {
+    let inherited = match args.reboot.then(|| takeover::request(g, workers)) {
+        Some(Ok(i)) => i,
+        Some(Err(e)) => {
             eprintln!("weir: {e}");
             return ExitCode::FAILURE;
         }
+        None => None,
     };
-    let http = match metrics_http::bind(g) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("weir: {e}");
-            return ExitCode::FAILURE;
+    let (listeners, inherited_http, predecessor) = if let Some(i) = inherited {
+        (i.listeners, i.http, Some(i.predecessor))
+    } else {
+        match listener::bind_all_std(g, workers) {
+            Ok(l) => (l, None, None),
+            Err(e) => {
+                eprintln!("weir: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     };
+    let http = match inherited_http {
+        Some(l) if g.http_listen.is_some() => Some(l),
+        _ => match metrics_http::bind(g) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("weir: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let offer = takeover::Offer::new(&listeners, http.as_ref());
     if args.daemon {
         if let Err(e) = cli::daemonize() {
             eprintln!("weir: cannot daemonize: {e}");
@@ -157,10 +175,26 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(serve(args.config.clone(), snap, listeners, http, sinks));
+    let code = runtime.block_on(serve(
+        args.config.clone(),
+        snap,
+        Sockets {
+            listeners,
+            http,
+            offer,
+            predecessor,
+        },
+        sinks,
+    ));
     if let Some(p) = &pidfile {
-        let _ = std::fs::remove_file(p);
+        // After an online restart the file holds the new process's pid.
+        let ours =
+            std::fs::read_to_string(p).is_ok_and(|t| t.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(p);
+        }
     }
+    takeover::remove_control_file();
     // Open connections are not worth an orderly teardown once we are exiting, and the main
     // runtime is not shut down at all: its time driver holds the workers' timers too
     // (`timers`), and shutting it down would fail every one of them, as a panic on a worker
@@ -174,13 +208,26 @@ fn unsafe_is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// What the process listens on, bound or inherited (`-R`), and what it offers a successor.
+struct Sockets {
+    listeners: Vec<Vec<listener::StdListener>>,
+    http: Option<std::net::TcpListener>,
+    offer: takeover::Offer,
+    predecessor: Option<takeover::Predecessor>,
+}
+
 async fn serve(
     config_path: std::path::PathBuf,
     snap: Snapshot,
-    listeners: Vec<Vec<listener::StdListener>>,
-    http: Option<std::net::TcpListener>,
+    sockets: Sockets,
     sinks: logging::Sinks,
 ) -> ExitCode {
+    let Sockets {
+        listeners,
+        http,
+        offer,
+        predecessor,
+    } = sockets;
     let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::interrupt()),
@@ -224,9 +271,26 @@ async fn serve(
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
+    if let Some(p) = predecessor {
+        takeover::take_over(&app, p);
+        // Under systemd (NotifyAccess=all), this process is the service from now on.
+        systemd::notify(&format!("MAINPID={}", std::process::id()));
+    }
+    takeover::offer(app.clone(), offer);
+    {
+        let app = app.clone();
+        tokio::spawn(async move {
+            app.shutdown.cancelled().await;
+            takeover::withdraw();
+        });
+    }
     systemd::notify("READY=1");
     let graceful = loop {
         tokio::select! {
+            () = takeover::taken_over() => {
+                tracing::info!("taken over by a new process: exiting once the clients left here have gone");
+                break true;
+            }
             _ = hup.recv() => {
                 sinks.reopen();
                 let _ = admin::reload_config(&app);
@@ -267,7 +331,10 @@ async fn serve(
             }
         }
     };
-    systemd::notify("STOPPING=1");
+    // After an online restart the service goes on in the new process.
+    if !takeover::handed_over() {
+        systemd::notify("STOPPING=1");
+    }
     if !graceful {
         return ExitCode::SUCCESS;
     }

@@ -36,10 +36,18 @@ pub enum Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix(_, Some(path)) = self {
-            let _ = std::fs::remove_file(path);
+            // After an online restart the socket (and its file) is the new process's.
+            if !crate::takeover::handed_over() {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
+
+/// Cancelled when the listeners are to stop accepting without a shutdown: an online
+/// restart, where the new process accepts on the same sockets.
+pub static STOP_ACCEPTING: std::sync::LazyLock<tokio_util::sync::CancellationToken> =
+    std::sync::LazyLock::new(tokio_util::sync::CancellationToken::new);
 
 /// A socket bound but not yet listening.
 struct Bound {
@@ -235,6 +243,7 @@ pub async fn run(app: Arc<App>, listener: Listener) {
         let accepted = tokio::select! {
             biased;
             _ = app.shutdown.cancelled() => return,
+            _ = STOP_ACCEPTING.cancelled() => return,
             r = accept(&listener, &tcp) => r,
         };
         match accepted {

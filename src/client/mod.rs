@@ -4,6 +4,7 @@ mod auth_method;
 mod listen;
 pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
+pub mod moved;
 pub mod park;
 mod prepare;
 pub(crate) use prepare::client_wants;
@@ -203,6 +204,9 @@ struct Extras {
     unnamed_params: Vec<u16>,
     /// read_write_split: the client committed a write the standbys may not have yet.
     pending_write: Option<crate::split::lsn::Pending>,
+    /// Session mode, during an online restart: the server that moves with the client
+    /// (see moved). Taken up again if the move cannot be made.
+    handoff: Option<Lease>,
 }
 
 impl Extras {
@@ -213,6 +217,7 @@ impl Extras {
             && self.scram_keys.is_none()
             && self.timer.is_none()
             && self.pending_write.is_none()
+            && self.handoff.is_none()
     }
 }
 
@@ -308,6 +313,12 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: Endpoint, local: Endpoin
 /// Runs a session until it ends or is parked (a resumed one has had its welcome).
 async fn run_session(mut session: Box<Session>, mut resumed: bool) {
     while session.main(resumed).await {
+        if crate::takeover::moving() {
+            match crate::takeover::hand(session) {
+                Ok(()) => return,
+                Err(s) => session = s,
+            }
+        }
         match park::park(session) {
             Ok(()) => return,
             Err(s) => {
@@ -404,52 +415,68 @@ async fn start(
         &pool.user,
     );
     let general = &snap.config.general;
-    let session = Session {
-        stream,
-        inbuf,
-        cframe: Framer::default(),
-        outbuf: BytesMut::new(),
-        sframe: Framer::default(),
-        mode,
-        wanted: Arc::default(),
-        // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the client
-        // a clear error instead of a server that hangs up.
-        max_packet: general.max_packet_size.min(relay::MAX_MESSAGE as u32),
-        prepared_cap: if mode == PoolMode::Session {
-            0
-        } else {
-            general.max_prepared_statements.min(u16::MAX.into()) as u16
-        },
-        exchange: Exchange::fresh(),
-        shutting_down: false,
-        held_back: false,
-        touched: 0,
-        ties: 0,
-        client: handle,
-        pool: PoolMember(pool),
-        delta: Traffic::default(),
-        query_started: None,
-        xact_started: None,
-        idle_since: Instant::now(),
-        timeouts: Timeouts::from_config(general, snap.config.users.get(&user)),
-        fast_close: general.server_fast_close,
-        _count: count,
-        extras: Some(Box::new(Extras {
-            requested: Some(requested),
-            scram_keys,
-            timer: None,
-            prepared: None,
-            gucs: settings.clone(),
-            startup_gucs: settings,
-            touched_names: Vec::new(),
-            unnamed_params: Vec::new(),
-            pending_write: None,
-        })),
+    let extras = Extras {
+        requested: Some(requested),
+        scram_keys,
+        gucs: settings.clone(),
+        startup_gucs: settings,
+        ..Extras::default()
     };
+    let timeouts = Timeouts::from_config(general, snap.config.users.get(&user));
+    let session = Session::new(
+        stream, inbuf, mode, general, timeouts, handle, pool, count, extras,
+    );
     Some(session)
 }
 
 impl Session {
+    /// A logged-in client's session, idle, before its first request.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        stream: Stream,
+        inbuf: BytesMut,
+        mode: PoolMode,
+        general: &weir_config::General,
+        timeouts: Timeouts,
+        client: ClientHandle,
+        pool: Arc<Pool>,
+        count: ClientCount,
+        extras: Extras,
+    ) -> Session {
+        Session {
+            stream,
+            inbuf,
+            cframe: Framer::default(),
+            outbuf: BytesMut::new(),
+            sframe: Framer::default(),
+            mode,
+            wanted: Arc::default(),
+            // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the
+            // client a clear error instead of a server that hangs up.
+            max_packet: general.max_packet_size.min(relay::MAX_MESSAGE as u32),
+            prepared_cap: if mode == PoolMode::Session {
+                0
+            } else {
+                general.max_prepared_statements.min(u16::MAX.into()) as u16
+            },
+            exchange: Exchange::fresh(),
+            shutting_down: false,
+            held_back: false,
+            touched: 0,
+            ties: 0,
+            client,
+            pool: PoolMember(pool),
+            delta: Traffic::default(),
+            query_started: None,
+            xact_started: None,
+            idle_since: Instant::now(),
+            timeouts,
+            fast_close: general.server_fast_close,
+            _count: count,
+            extras: Some(Box::new(extras)),
+        }
+    }
+
     /// Runs the session to its end, and a KILL from the admin console ends it whatever it
     /// was doing (a lent server is closed with it). True when it stopped to be parked.
     async fn main(&mut self, resumed: bool) -> bool {
@@ -499,7 +526,7 @@ impl Session {
     /// should size it.
     async fn run(&mut self, resumed: bool) -> Option<String> {
         let mut lease = if resumed {
-            None
+            self.extras.as_mut().and_then(|x| x.handoff.take())
         } else {
             match Box::pin(self.welcome()).await {
                 Ok(l) => l,
@@ -520,6 +547,9 @@ impl Session {
             };
             if let Some(reason) = self.transaction(held).await {
                 return Some(reason);
+            }
+            if self.extras.as_ref().is_some_and(|x| x.handoff.is_some()) {
+                return None;
             }
         }
     }
@@ -586,6 +616,15 @@ impl Session {
         self.lend(&held);
         let event = loop {
             let event = self.relay(&mut held).await;
+            if matches!(event, Event::Idle) && self.moves_with_server(&held) {
+                if self.movable_with(&held) {
+                    self.extras.get_or_insert_with(Box::default).handoff = Some(held);
+                    self.client.0.set_idle();
+                    return None;
+                }
+                // Not now (the client has already sent more): at a later transaction's end.
+                continue;
+            }
             if !matches!(event, Event::Idle) || (self.touched == 0 && !self.pinned()) {
                 break event;
             }
@@ -819,6 +858,11 @@ impl Session {
             if self.shutting_down || SHUTTING_DOWN.load(Ordering::Relaxed) {
                 self.shutting_down = true;
                 return Wake::Shutdown;
+            }
+            // An online restart: the client goes to the new process as soon as it is idle
+            // with nothing half-done (run_session hands it over).
+            if crate::takeover::moving() && self.movable() {
+                return Wake::Park;
             }
             // The idle timer is boxed and only made when configured: an idle client's task
             // should not carry one it does not need. It counts from the end of the last

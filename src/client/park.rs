@@ -111,7 +111,7 @@ pub fn count() -> usize {
 
 /// Parks an idle session. Err gives it back when it cannot be parked (no epoll, a
 /// signal pending): the caller carries on with it.
-pub(super) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
+pub(crate) fn park(mut session: Box<Session>) -> Result<(), Box<Session>> {
     let Some(lot) = LOT.as_ref() else {
         return Err(session);
     };
@@ -296,4 +296,25 @@ fn collect_on_workers() {
             unsafe { libmimalloc_sys::mi_collect(true) };
         });
     }
+}
+
+/// Takes every parked session out of the lot (for an online restart, crate::takeover):
+/// their sockets are off the lot's epoll set, their tasks are the caller's to give.
+// Boxed as they were parked, and as they go on: unboxing would copy each session twice.
+#[allow(clippy::vec_box)]
+pub fn take_all() -> Vec<Box<Session>> {
+    let Some(lot) = LOT.as_ref() else {
+        return Vec::new();
+    };
+    let taken: Vec<(u32, Box<Session>)> = lot.parked().drain().collect();
+    taken
+        .into_iter()
+        .map(|(pid, session)| {
+            session.client.0.set_unparked();
+            if let Some(fd) = session.stream.parked_fd() {
+                let _ = lot.epoll_ctl(libc::EPOLL_CTL_DEL, fd, pid);
+            }
+            session
+        })
+        .collect()
 }

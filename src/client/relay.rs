@@ -140,7 +140,8 @@ impl Session {
     fn poll_relay(&mut self, server: &mut ServerConn, cx: &mut Context<'_>) -> Poll<Event> {
         let release_on_idle = self.mode != PoolMode::Session
             || self.shutting_down
-            || (self.fast_close && server.generation != self.pool.settings().target.generation);
+            || (self.fast_close && server.generation != self.pool.settings().target.generation)
+            || (crate::takeover::moving() && !self.stream.is_tls() && !server.stream.is_tls());
         loop {
             let mut progress = false;
 

@@ -135,7 +135,12 @@ async fn accept(state: Arc<State>, listener: tokio::net::TcpListener) {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (stream, _) = match listener.accept().await {
+        // An online restart gives the socket to the new process.
+        let accepted = tokio::select! {
+            _ = crate::listener::STOP_ACCEPTING.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let (stream, _) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("http accept: {e}");

@@ -58,6 +58,14 @@ impl Lease {
         }
     }
 
+    /// Gives the server up without closing it (an online restart moves it to the new
+    /// process): its slot is freed here.
+    pub fn hand_off(mut self) -> Option<Box<ServerConn>> {
+        let conn = self.conn.take()?;
+        self.pool.forget();
+        Some(conn)
+    }
+
     /// Closes the server politely and frees its slot.
     pub async fn close(mut self) {
         if let Some(conn) = self.conn.take() {

@@ -277,6 +277,14 @@ impl Pool {
         }
     }
 
+    /// Counts a server that arrived already lent to its client (moved here by an online
+    /// restart), over the pool's size if need be: the client had it before.
+    pub fn adopt_lent(self: &Arc<Self>, conn: ServerConn) -> Lease {
+        self.lock().total += 1;
+        self.settings().limits.acquire_anyway();
+        Lease::new(Box::new(conn), self.clone())
+    }
+
     /// The common case, without awaiting: an idle server that needs no check, while
     /// nothing is paused. Anything else (waiting, connecting, checking) is for `checkout`.
     pub fn try_checkout_idle(self: &Arc<Self>) -> Option<Lease> {

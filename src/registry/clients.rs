@@ -370,37 +370,86 @@ impl ClientHandle {
         local: Endpoint,
         application_name: &str,
     ) -> ClientHandle {
-        let info = CLIENTS.insert_with(
-            // The high bit stays clear: some drivers treat the pid as a signed int.
-            || rand::random::<u32>() & 0x7fff_ffff | 1,
-            |pid| ClientInfo {
-                key: BackendKey {
+        let info = CLIENTS.insert_with(random_pid, |pid| {
+            ClientInfo::new(
+                BackendKey {
                     pid,
                     secret: crate::cancel::new_secret(),
                 },
-                user: shared_name(user),
-                database: shared_name(database),
+                now_micros(),
+                [user, database, application_name],
                 peer,
                 local,
-                application_name: shared_name(application_name),
-                connect_time: now_micros(),
-                state: AtomicU8::new(ClientState::Idle as u8),
-                idle_rounds: AtomicU8::new(0),
-                request_time: AtomicU64::new(0),
-                wait_since: AtomicU64::new(0),
-                link: Mutex::new(None),
-                notify_at: AtomicU64::new(0),
-                give_up_at: AtomicU64::new(0),
-                signals: AtomicU8::new(0),
-                waker: AtomicWaker::new(),
-                kill_reason: AtomicU8::new(0),
-                prepared: AtomicU32::new(0),
-                pinned: AtomicU8::new(0),
-                notified: AtomicBool::new(false),
-                startup: arc_swap::ArcSwapOption::empty(),
-            },
-        );
+            )
+        });
         ClientHandle(info)
+    }
+
+    /// Registers a client taken over from the previous process (crate::takeover) under
+    /// the key it was given there, unless a client here already has that pid.
+    pub fn adopt(
+        key: BackendKey,
+        connect_time: u64,
+        user: &str,
+        database: &str,
+        peer: Endpoint,
+        local: Endpoint,
+        application_name: &str,
+    ) -> ClientHandle {
+        let info = CLIENTS.insert_at_or_with(key.pid, random_pid, |pid| {
+            let secret = if pid == key.pid {
+                key.secret
+            } else {
+                crate::cancel::new_secret()
+            };
+            ClientInfo::new(
+                BackendKey { pid, secret },
+                connect_time,
+                [user, database, application_name],
+                peer,
+                local,
+            )
+        });
+        ClientHandle(info)
+    }
+}
+
+/// The high bit stays clear: some drivers treat the pid as a signed int.
+fn random_pid() -> u32 {
+    rand::random::<u32>() & 0x7fff_ffff | 1
+}
+
+impl ClientInfo {
+    fn new(
+        key: BackendKey,
+        connect_time: u64,
+        [user, database, application_name]: [&str; 3],
+        peer: Endpoint,
+        local: Endpoint,
+    ) -> ClientInfo {
+        ClientInfo {
+            key,
+            user: shared_name(user),
+            database: shared_name(database),
+            peer,
+            local,
+            application_name: shared_name(application_name),
+            connect_time,
+            state: AtomicU8::new(ClientState::Idle as u8),
+            idle_rounds: AtomicU8::new(0),
+            request_time: AtomicU64::new(0),
+            wait_since: AtomicU64::new(0),
+            link: Mutex::new(None),
+            notify_at: AtomicU64::new(0),
+            give_up_at: AtomicU64::new(0),
+            signals: AtomicU8::new(0),
+            waker: AtomicWaker::new(),
+            kill_reason: AtomicU8::new(0),
+            prepared: AtomicU32::new(0),
+            pinned: AtomicU8::new(0),
+            notified: AtomicBool::new(false),
+            startup: arc_swap::ArcSwapOption::empty(),
+        }
     }
 }
 

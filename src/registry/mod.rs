@@ -50,6 +50,23 @@ impl<K: Eq + Hash + Copy, T> Registry<K, T> {
         entry
     }
 
+    /// Inserts under `key` when it is free, else under a key `make_key` draws.
+    pub fn insert_at_or_with(
+        &self,
+        key: K,
+        make_key: impl FnMut() -> K,
+        make: impl FnOnce(K) -> T,
+    ) -> Arc<T> {
+        let mut map = self.lock();
+        if map.contains_key(&key) {
+            drop(map);
+            return self.insert_with(make_key, make);
+        }
+        let entry = Arc::new(make(key));
+        map.insert(key, entry.clone());
+        entry
+    }
+
     pub fn remove(&self, key: K) {
         self.lock().remove(&key);
     }

@@ -1,0 +1,474 @@
+//! A session moved between processes by an online restart (crate::takeover): what an idle
+//! client's session is made of, written out by the old process and rebuilt by the new one
+//! around the same socket. Only a client that holds nothing but its own state moves: no
+//! server, no bytes half-read, no reply owed, nothing pinning it to a server, and no TLS
+//! session (rustls' state cannot be carried across).
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use serde::{Deserialize, Serialize};
+use weir_auth::scram::Credential;
+
+use super::{ClientCount, Extras, Session, Timeouts, LISTENING, LOST, PINNED};
+use crate::app::App;
+use crate::params::ParamSet;
+use crate::pool::{Lease, PoolMode};
+use crate::registry::clients::ClientHandle;
+use crate::registry::servers::ServerHandle;
+use crate::server::{BackendKey, ServerAddr, ServerConn};
+use crate::stream::{Endpoint, StdSocket, Stream};
+
+/// The state of one client, as the takeover channel carries it (JSON: it is read by
+/// another build of Weir, which must tell a missing field from a wrong one).
+#[derive(Serialize, Deserialize)]
+pub struct Moved {
+    unix: bool,
+    pid: u32,
+    secret: u32,
+    user: String,
+    database: String,
+    /// The pool's user: the forced user of the database entry, else `user`.
+    pool_user: String,
+    application_name: String,
+    connect_time: u64,
+    /// What the client believes its reported parameters are.
+    wanted: Vec<(String, String)>,
+    /// Its parameters as of login, which RESET ALL goes back to.
+    startup: Option<Vec<(String, String)>>,
+    #[serde(default)]
+    gucs: Option<Vec<(String, String)>>,
+    #[serde(default)]
+    startup_gucs: Option<Vec<(String, String)>>,
+    #[serde(default)]
+    unnamed_params: Vec<u16>,
+    /// Named statements: name, prepared by SQL PREPARE, and the body as Weir keeps it.
+    #[serde(default)]
+    statements: Vec<(Vec<u8>, bool, Vec<u8>)>,
+    /// SCRAM keys from the client's own proof, for logging servers in without a password.
+    #[serde(default)]
+    scram_keys: Option<([u8; 32], [u8; 32])>,
+    #[serde(default)]
+    scram_password: Option<String>,
+    /// How long it has been idle (client_idle_timeout keeps counting).
+    idle_ms: u64,
+    /// Session mode: the server that moves with it.
+    #[serde(default)]
+    server: Option<MovedServer>,
+}
+
+/// A server connection lent to a session-mode client, between its transactions.
+#[derive(Serialize, Deserialize)]
+struct MovedServer {
+    host: Option<String>,
+    port: u16,
+    path: Option<std::path::PathBuf>,
+    pid: u32,
+    secret: u32,
+    /// What the server has reported with ParameterStatus.
+    params: Vec<(String, String)>,
+    age_ms: u64,
+}
+
+impl Session {
+    /// Idle, with nothing half-done and nothing a new process could not take over.
+    fn idle_and_plain(&self) -> bool {
+        self.inbuf.is_empty()
+            && self.outbuf.is_empty()
+            && !self.held_back
+            && !self.shutting_down
+            && self.touched == 0
+            && self.ties & (PINNED | LISTENING | LOST) == 0
+            && !self.stream.is_tls()
+            && self.extras.as_ref().is_none_or(|x| {
+                x.pending_write.is_none()
+                    && x.requested.is_none()
+                    && x.touched_names.is_empty()
+                    && x.prepared
+                        .as_ref()
+                        .is_none_or(|p| p.replies.is_empty() && p.ahead.is_empty())
+            })
+    }
+
+    /// Whether the session can move now: without a server in the pooled modes, with the
+    /// one it holds in session mode.
+    pub(crate) fn movable(&self) -> bool {
+        if !self.idle_and_plain() {
+            return false;
+        }
+        match self.extras.as_ref().and_then(|x| x.handoff.as_ref()) {
+            Some(server) => server_movable(server),
+            None => self.mode != PoolMode::Session,
+        }
+    }
+
+    /// In session mode during an online restart, a transaction's end is where the client
+    /// and its server move (unless the server is to be given up anyway).
+    pub(super) fn moves_with_server(&self, held: &Lease) -> bool {
+        self.mode == PoolMode::Session
+            && crate::takeover::moving()
+            && !self.shutting_down
+            && !(self.fast_close && held.generation != self.pool.settings().target.generation)
+    }
+
+    pub(super) fn movable_with(&self, held: &Lease) -> bool {
+        self.idle_and_plain() && self.server_is_clean() && server_movable(held)
+    }
+}
+
+/// A server moves with its client unless TLS holds it, or it holds statements under
+/// Weir's names (their numbering is the old process's own).
+fn server_movable(server: &Lease) -> bool {
+    !server.stream.is_tls() && server.sent_ahead == 0 && server.statements.len() == 0
+}
+
+/// Writes out an idle session and takes its socket (and its server's, in session mode);
+/// the session then ends here without closing anything the client sees. Err gives back a
+/// session that cannot move.
+pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Session>> {
+    if !session.movable() {
+        return Err(session);
+    }
+    session.flush_stats();
+    let info = session.client.0.clone();
+    let pairs = |p: &ParamSet| {
+        p.iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let gucs = |g: &Option<Arc<crate::gucs::Gucs>>| {
+        g.as_ref().map(|g| {
+            g.iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let extras = session.extras.as_deref();
+    let (scram_keys, scram_password) = match extras.and_then(|x| x.scram_keys.as_ref()) {
+        Some(Credential::Keys {
+            client_key,
+            server_key,
+        }) => (Some((*client_key, *server_key)), None),
+        Some(Credential::Password(p)) => (None, Some(p.clone())),
+        None => (None, None),
+    };
+    let moved = Moved {
+        unix: matches!(
+            session.stream,
+            Stream::Unix(_) | Stream::Parked(StdSocket::Unix(_))
+        ),
+        pid: info.key.pid,
+        secret: info.key.secret,
+        user: info.user.to_string(),
+        database: info.database.to_string(),
+        pool_user: session.pool.user.clone(),
+        application_name: info.application_name.to_string(),
+        connect_time: info.connect_time,
+        wanted: pairs(&session.wanted),
+        startup: info.startup().map(|s| pairs(&s)),
+        gucs: extras.and_then(|x| gucs(&x.gucs)),
+        startup_gucs: extras.and_then(|x| gucs(&x.startup_gucs)),
+        unnamed_params: extras.map(|x| x.unnamed_params.clone()).unwrap_or_default(),
+        statements: extras
+            .and_then(|x| x.prepared.as_ref())
+            .map(|p| {
+                p.names
+                    .iter()
+                    .map(|(name, def)| (name.to_vec(), def.sql, def.body.to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        scram_keys,
+        scram_password,
+        idle_ms: session.idle_since.elapsed().as_millis() as u64,
+        server: extras
+            .and_then(|x| x.handoff.as_ref())
+            .map(|server| MovedServer {
+                host: match &*server.addr {
+                    ServerAddr::Tcp { host, .. } => Some(host.clone()),
+                    ServerAddr::Unix { .. } => None,
+                },
+                port: match &*server.addr {
+                    ServerAddr::Tcp { port, .. } => *port,
+                    ServerAddr::Unix { .. } => 0,
+                },
+                path: match &*server.addr {
+                    ServerAddr::Unix { path } => Some(path.clone()),
+                    ServerAddr::Tcp { .. } => None,
+                },
+                pid: server.key.pid,
+                secret: server.key.secret,
+                params: pairs(&server.params),
+                age_ms: server.created.elapsed().as_millis() as u64,
+            }),
+    };
+    let Ok(text) = serde_json::to_vec(&moved) else {
+        return Err(session);
+    };
+    // The server's socket first: should it fail, the session goes on as it was.
+    let mut fds = Vec::with_capacity(2);
+    if let Some(server) = session.extras.as_mut().and_then(|x| x.handoff.as_mut()) {
+        if server.stream.park().is_err() {
+            let _ = server.stream.unpark();
+            return Err(session);
+        }
+    }
+    if session.stream.park().is_err() {
+        if let Some(server) = session.extras.as_mut().and_then(|x| x.handoff.as_mut()) {
+            let _ = server.stream.unpark();
+        }
+        let _ = session.stream.unpark();
+        return Err(session);
+    }
+    fds.push(take_fd(&mut session.stream));
+    if let Some(server) = session
+        .extras
+        .as_mut()
+        .and_then(|x| x.handoff.take())
+        .and_then(|l| l.hand_off())
+    {
+        let mut server = server;
+        fds.push(take_fd(&mut server.stream));
+    }
+    if fds.iter().any(Option::is_none) {
+        return Err(session);
+    }
+    Ok((text, fds.into_iter().flatten().collect()))
+}
+
+/// The socket of a parked stream, which is left closed.
+fn take_fd(stream: &mut Stream) -> Option<OwnedFd> {
+    match std::mem::replace(stream, Stream::Parked(StdSocket::None)) {
+        Stream::Parked(StdSocket::Tcp(s)) => Some(s.into()),
+        Stream::Parked(StdSocket::Unix(s)) => Some(s.into()),
+        _ => None,
+    }
+}
+
+/// Rebuilds a session moved from the previous process around its socket, and gives it a
+/// task. The client notices nothing: its next request runs here.
+pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), String> {
+    let moved: Moved =
+        serde_json::from_slice(text).map_err(|e| format!("unreadable client state: {e}"))?;
+    let mut fds = fds.into_iter();
+    let fd = fds.next().ok_or("a client came without its socket")?;
+    let server_fd = match (&moved.server, fds.next()) {
+        (Some(_), Some(fd)) => Some(fd),
+        (None, None) => None,
+        _ => return Err("a client came without its server's socket".into()),
+    };
+    let (socket, peer, local) = if moved.unix {
+        let s = std::os::unix::net::UnixStream::from(fd);
+        (StdSocket::Unix(s), Endpoint::Unix, Endpoint::Unix)
+    } else {
+        let s = std::net::TcpStream::from(fd);
+        let peer = s.peer_addr().map_or(Endpoint::Unknown, Endpoint::tcp);
+        let local = s.local_addr().map_or(Endpoint::Unknown, Endpoint::tcp);
+        (StdSocket::Tcp(s), peer, local)
+    };
+    let snap = app.snapshot.load_full();
+    let count = ClientCount::new(app);
+    let Some(pool) = app.pool_as(&snap, &moved.database, &moved.pool_user) else {
+        // The new configuration has no such database: the client is told, as a client of
+        // a database removed by a reload would be.
+        let mut stream = Stream::Parked(socket);
+        crate::workers::spawn_on(
+            moved.pid as usize % crate::workers::count().max(1),
+            async move {
+                if stream.unpark().is_ok() {
+                    let e = crate::protocol::PgError::fatal("08P01", "database removed");
+                    super::refuse(&mut stream, &e).await;
+                }
+                drop(count);
+            },
+        );
+        return Err(format!(
+            "database {} is gone from the configuration",
+            moved.database
+        ));
+    };
+    // Counted as it was in the old process, whatever the limits say now: it is not a new
+    // client.
+    let limits = crate::registry::client_limits::Limits {
+        database: 0,
+        user: 0,
+        exempt: true,
+    };
+    if let Ok(admission) =
+        crate::registry::client_limits::admit(&moved.database, &moved.user, &limits)
+    {
+        admission.keep();
+    }
+    let key = BackendKey {
+        pid: moved.pid,
+        secret: moved.secret,
+    };
+    let handle = ClientHandle::adopt(
+        key,
+        moved.connect_time,
+        &moved.user,
+        &moved.database,
+        peer,
+        local,
+        &moved.application_name,
+    );
+    let info = handle.0.clone();
+    if info.key.pid != moved.pid {
+        tracing::warn!(
+            client = %info.peer,
+            "a moved client's cancel key was taken here: it gets a new one, so its cancel requests will not reach it"
+        );
+    }
+    if let Some(s) = &moved.startup {
+        info.set_startup(Arc::new(param_set(s)));
+    }
+    let scram_keys = match (moved.scram_keys, moved.scram_password) {
+        (Some((client_key, server_key)), _) => Some(Credential::Keys {
+            client_key,
+            server_key,
+        }),
+        (None, Some(p)) => Some(Credential::Password(p)),
+        (None, None) => None,
+    };
+    if let Some(keys) = &scram_keys {
+        pool.remember_scram(keys);
+    }
+    let gucs = |g: Option<Vec<(String, String)>>| {
+        g.map(|g| {
+            let mut out = crate::gucs::Gucs::default();
+            for (n, v) in g {
+                out.put(&n, Some(&v));
+            }
+            Arc::new(out)
+        })
+    };
+    let prepared = (!moved.statements.is_empty()).then(|| {
+        let mut p = Box::<crate::prepared::ClientStatements>::default();
+        for (name, sql, body) in moved.statements {
+            let def = if sql {
+                crate::prepared::defs::intern_sql(&body)
+            } else {
+                crate::prepared::defs::intern(&body)
+            };
+            p.names.insert(name.into_boxed_slice(), def);
+        }
+        p
+    });
+    if let Some(p) = &prepared {
+        info.set_prepared(p.names.len());
+    }
+    pool.clients.fetch_add(1, Ordering::Relaxed);
+    let no_entry = weir_config::Database::default();
+    let mode = snap.pool_mode(
+        snap.resolve_database(&moved.database)
+            .map_or(&no_entry, |d| d.0),
+        &pool.user,
+    );
+    let general = &snap.config.general;
+    let extras = Extras {
+        scram_keys,
+        prepared,
+        gucs: gucs(moved.gucs),
+        startup_gucs: gucs(moved.startup_gucs),
+        unnamed_params: moved.unnamed_params,
+        ..Extras::default()
+    };
+    let timeouts = Timeouts::from_config(general, snap.config.users.get(&moved.user));
+    let mut session = Box::new(Session::new(
+        Stream::Parked(socket),
+        BytesMut::new(),
+        mode,
+        general,
+        timeouts,
+        handle,
+        pool,
+        count,
+        extras,
+    ));
+    session.wanted = Arc::new(param_set(&moved.wanted));
+    session.idle_since = Instant::now()
+        .checked_sub(Duration::from_millis(moved.idle_ms))
+        .unwrap_or_else(Instant::now);
+    if let (Some(server), Some(fd)) = (moved.server, server_fd) {
+        let lease = adopt_server(&session.pool, server, fd);
+        session.extras.get_or_insert_with(Box::default).handoff = Some(lease);
+    }
+    session.trim_extras();
+    let worker = info.key.pid as usize % crate::workers::count().max(1);
+    crate::workers::spawn_on(worker, async move {
+        let server = session
+            .extras
+            .as_mut()
+            .and_then(|x| x.handoff.as_mut())
+            .map_or(Ok(()), |server| {
+                server.home = crate::workers::current();
+                server.stream.unpark()
+            });
+        match server.and_then(|()| session.stream.unpark()) {
+            Ok(()) => super::run_session(session, true).await,
+            Err(e) => tracing::warn!(client = %info.peer, "could not take over a client: {e}"),
+        }
+    });
+    Ok(())
+}
+
+/// The server of a session-mode client, counted in its pool as lent to it.
+fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) -> Lease {
+    let (addr, socket) = match moved.path {
+        Some(path) => (
+            ServerAddr::Unix { path },
+            StdSocket::Unix(std::os::unix::net::UnixStream::from(fd)),
+        ),
+        None => (
+            ServerAddr::Tcp {
+                host: moved.host.unwrap_or_default(),
+                port: moved.port,
+            },
+            StdSocket::Tcp(std::net::TcpStream::from(fd)),
+        ),
+    };
+    let settings = pool.settings();
+    let id = ServerConn::next_id();
+    let info = ServerHandle::register(id, &settings.target.user, &settings.target.database, &addr);
+    if let StdSocket::Tcp(s) = &socket {
+        if let Ok(a) = s.local_addr() {
+            info.0.set_local(Endpoint::tcp(a));
+        }
+    }
+    info.0.set_logged_in(moved.pid);
+    let now = Instant::now();
+    let conn = ServerConn {
+        id,
+        info,
+        stream: Stream::Parked(socket),
+        params: param_set(&moved.params),
+        synced_to: None,
+        key: BackendKey {
+            pid: moved.pid,
+            secret: moved.secret,
+        },
+        addr: Arc::new(addr),
+        created: now
+            .checked_sub(Duration::from_millis(moved.age_ms))
+            .unwrap_or(now),
+        idle_since: now,
+        home: crate::workers::current(),
+        generation: settings.target.generation,
+        sent_ahead: 0,
+        statements: Default::default(),
+        gucs: None,
+    };
+    drop(settings);
+    pool.adopt_lent(conn)
+}
+
+fn param_set(pairs: &[(String, String)]) -> ParamSet {
+    let mut p = ParamSet::default();
+    for (n, v) in pairs {
+        p.set(n, v);
+    }
+    p
+}

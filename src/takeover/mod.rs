@@ -1,0 +1,507 @@
+//! Online restart (`weir -R`, PgBouncer's option): a new Weir, started with the running
+//! one's configuration, takes over its listening sockets and its idle clients, so that an
+//! upgrade or a restart drops no connection and fails no transaction.
+//!
+//! The running process offers a socket beside its Unix socket,
+//! `<unix_socket_dir>/.s.PGSQL.<port>.takeover` (mode 0600, and only a process of the same
+//! user or root is answered). The new process connects, is given duplicates of every
+//! listening socket (SCM_RIGHTS) and starts accepting on them; once it says it is ready,
+//! the old one stops accepting and hands over each client the moment it is idle: parked
+//! clients at once, the others when their transaction ends. A client goes with its
+//! socket, its cancel key, the parameters it believes it has, the settings it made, its
+//! named prepared statements and its SCRAM keys (see client::moved). Bytes it sent meanwhile
+//! wait in the socket for the new process to read. Cancel requests that reach the new
+//! process for a client still on the old one are passed back over the same channel.
+//!
+//! What does not move, and finishes on the old process (which exits when the last such
+//! client has gone, or at `shutdown_drain_timeout` when that is set, as a safe shutdown
+//! does): clients over TLS (rustls' session state cannot be carried), clients in session
+//! mode and clients pinned to their server (a server connection is not moved), clients
+//! that LISTEN, and admin console sessions. The old process's servers are closed when it
+//! exits; the new one opens its own, so PostgreSQL sees up to both pools' servers for the
+//! length of the overlap.
+
+mod wire;
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use weir_config::General;
+
+use crate::app::App;
+use crate::client::Session;
+use crate::listener::StdListener;
+use crate::server::BackendKey;
+
+const HELLO: u8 = b'H';
+const LISTENER: u8 = b'L';
+const LISTENERS_END: u8 = b'E';
+const READY: u8 = b'R';
+const CLIENT: u8 = b'C';
+const CANCEL: u8 = b'K';
+/// Both processes must speak the same version of the channel (and of client::moved).
+const VERSION: u32 = 1;
+
+/// The old process hands its idle clients over.
+static MOVING: AtomicBool = AtomicBool::new(false);
+/// The old process has given its sockets away: files they have belong to the new one.
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+/// The old process: clients on their way to the new one.
+static OUTBOX: Mutex<Option<mpsc::Sender<Parcel>>> = Mutex::new(None);
+/// The new process: cancel keys for the old one.
+static TO_PREDECESSOR: Mutex<Option<mpsc::Sender<BackendKey>>> = Mutex::new(None);
+/// The old process's main loop waits on this to start winding down.
+static TAKEN_OVER: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
+
+struct Parcel {
+    text: Vec<u8>,
+    /// The client's socket, and its server's when one moves with it.
+    fds: Vec<OwnedFd>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Hello {
+    version: u32,
+    pid: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+enum Kind {
+    Tcp,
+    Unix,
+    Http,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SocketDesc {
+    kind: Kind,
+    worker: usize,
+    /// The Unix socket's file, on the one handle that removes it at exit.
+    path: Option<PathBuf>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Idle clients are being handed to a new process.
+pub fn moving() -> bool {
+    MOVING.load(Ordering::Relaxed)
+}
+
+pub fn handed_over() -> bool {
+    HANDED_OVER.load(Ordering::Relaxed)
+}
+
+/// Resolves once a new process has taken over.
+pub async fn taken_over() {
+    TAKEN_OVER.notified().await;
+}
+
+/// Where the running process waits for its successor; None without a Unix socket dir.
+pub fn control_path(g: &General) -> Option<PathBuf> {
+    let dir = g.unix_socket_dir.as_deref().filter(|d| !d.is_empty())?;
+    Some(PathBuf::from(dir).join(format!(".s.PGSQL.{}.takeover", g.listen_port)))
+}
+
+fn uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// What a successor will be given: duplicates of the listening sockets, taken before the
+/// workers own them.
+pub struct Offer {
+    sockets: Vec<(SocketDesc, OwnedFd)>,
+}
+
+impl Offer {
+    pub fn new(per_worker: &[Vec<StdListener>], http: Option<&std::net::TcpListener>) -> Offer {
+        let mut sockets = Vec::new();
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned();
+        for (worker, list) in per_worker.iter().enumerate() {
+            for l in list {
+                let (kind, fd, path) = match l {
+                    StdListener::Tcp(t) => (Kind::Tcp, dup(t.as_fd()), None),
+                    StdListener::Unix(u, path) => (Kind::Unix, dup(u.as_fd()), path.clone()),
+                };
+                match fd {
+                    Ok(fd) => sockets.push((SocketDesc { kind, worker, path }, fd)),
+                    Err(e) => tracing::warn!("online restart: cannot keep a listening socket: {e}"),
+                }
+            }
+        }
+        if let Some(h) = http {
+            match dup(h.as_fd()) {
+                Ok(fd) => sockets.push((
+                    SocketDesc {
+                        kind: Kind::Http,
+                        worker: 0,
+                        path: None,
+                    },
+                    fd,
+                )),
+                Err(e) => tracing::warn!("online restart: cannot keep the http socket: {e}"),
+            }
+        }
+        Offer { sockets }
+    }
+}
+
+/// The sockets kept for a successor: their duplicates would keep the listening sockets
+/// open (and the kernel completing connections no one accepts) once a shutdown has
+/// closed the listeners, so a shutdown withdraws them.
+static OFFERED: Mutex<Option<Offer>> = Mutex::new(None);
+
+/// A shutdown began: no successor will take over.
+pub fn withdraw() {
+    lock(&OFFERED).take();
+}
+
+/// Waits, on a thread of its own, for a new process to take over (see the module's
+/// comment). Without a Unix socket directory there is nowhere to wait: `-R` then starts
+/// normally and finds the ports taken.
+pub fn offer(app: Arc<App>, offer: Offer) {
+    let Some(path) = control_path(&app.snapshot.load().config.general) else {
+        return;
+    };
+    // A file left there is a dead process's, or the previous process's that this one
+    // took over from: this process is the one to reach now.
+    let _ = std::fs::remove_file(&path);
+    let listener = match UnixListener::bind(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(
+                "online restart unavailable: cannot listen on {}: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    *lock(&CONTROL_FILE) = Some(path);
+    *lock(&OFFERED) = Some(offer);
+    let spawned = std::thread::Builder::new()
+        .name("weir-takeover".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let Some(offer) = lock(&OFFERED).take() else {
+                    tracing::warn!("online restart refused: this process is shutting down");
+                    continue;
+                };
+                match hand_over(&app, &offer, conn) {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!("online restart refused: {e}");
+                        let mut offered = lock(&OFFERED);
+                        if offered.is_none() && !app.shutdown.is_cancelled() {
+                            *offered = Some(offer);
+                        }
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("online restart unavailable: {e}");
+    }
+}
+
+/// The control socket's file, removed at exit unless a successor has its own there.
+static CONTROL_FILE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// At exit: removes the control socket's file when it is still this process's.
+pub fn remove_control_file() {
+    if handed_over() {
+        return;
+    }
+    if let Some(p) = lock(&CONTROL_FILE).take() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// The old process's side: gives the sockets, waits for the successor to accept on them,
+/// then sends it every client as it becomes idle. Err while nothing has changed here.
+fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<()> {
+    let peer = wire::peer_uid(&conn)?;
+    if peer != uid() && peer != 0 {
+        return Err(invalid(&format!("a process of uid {peer} asked")));
+    }
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let hello = match wire::recv(&conn)? {
+        Some(m) if m.kind == HELLO => serde_json::from_slice::<Hello>(&m.payload)
+            .map_err(|e| invalid(&format!("bad hello: {e}")))?,
+        _ => return Err(invalid("no hello")),
+    };
+    if hello.version != VERSION {
+        return Err(invalid(&format!(
+            "process {} speaks takeover version {}, this one {VERSION}",
+            hello.pid, hello.version
+        )));
+    }
+    tracing::info!("online restart: process {} is taking over", hello.pid);
+    for (desc, fd) in &offer.sockets {
+        let text = serde_json::to_vec(desc).map_err(|e| invalid(&e.to_string()))?;
+        wire::send(&conn, LISTENER, &text, &[fd.as_fd()])?;
+    }
+    wire::send(&conn, LISTENERS_END, b"", &[])?;
+    // Until the successor accepts on the sockets, this process carries on as before.
+    conn.set_read_timeout(Some(Duration::from_secs(60)))?;
+    match wire::recv(&conn)? {
+        Some(m) if m.kind == READY => {}
+        _ => return Err(invalid("the new process did not get ready")),
+    }
+    conn.set_read_timeout(None)?;
+    let reader = conn.try_clone()?;
+    HANDED_OVER.store(true, Ordering::SeqCst);
+    let (tx, rx) = mpsc::channel();
+    *lock(&OUTBOX) = Some(tx);
+    MOVING.store(true, Ordering::SeqCst);
+    crate::listener::STOP_ACCEPTING.cancel();
+    TAKEN_OVER.notify_one();
+    tracing::info!(
+        "online restart: process {} accepts now; idle clients move to it",
+        hello.pid
+    );
+    let app2 = app.clone();
+    let _ = std::thread::Builder::new()
+        .name("weir-takeover-cancels".into())
+        .spawn(move || cancels_from_successor(&app2, &reader));
+    sweep();
+    crate::registry::clients::CLIENTS.for_each(|c| c.raise(crate::registry::clients::PARK));
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(p) => {
+                let fds: Vec<_> = p.fds.iter().map(AsFd::as_fd).collect();
+                if let Err(e) = wire::send(&conn, CLIENT, &p.text, &fds) {
+                    tracing::error!("online restart: the new process stopped taking clients: {e}");
+                    abort();
+                    return Ok(());
+                }
+            }
+            // A client that was parking as the move began may have landed in the lot
+            // after the first sweep.
+            Err(mpsc::RecvTimeoutError::Timeout) => sweep(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+    }
+}
+
+/// Hands over every parked client.
+fn sweep() {
+    for session in crate::client::park::take_all() {
+        if let Err(s) = hand(session) {
+            if crate::client::park::park(s).is_err() {
+                tracing::warn!("online restart: a parked client could not be kept");
+            }
+        }
+    }
+}
+
+/// Stops moving clients: those left stay here until they leave.
+fn abort() {
+    MOVING.store(false, Ordering::SeqCst);
+    lock(&OUTBOX).take();
+}
+
+/// Sends an idle session to the new process (the session ends here; its client does
+/// not notice). Err gives back a session that cannot move, or all of them once the new
+/// process is gone.
+pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
+    if !session.movable() {
+        return Err(session);
+    }
+    let Some(tx) = lock(&OUTBOX).clone() else {
+        return Err(session);
+    };
+    // A movable session that cannot be written out would be asked again at once: the
+    // move stops instead, and the clients left finish here.
+    let (text, fds) = crate::client::moved::pack(session).inspect_err(|_| {
+        tracing::error!("online restart: a client could not be moved; the rest stay here");
+        abort();
+    })?;
+    if tx.send(Parcel { text, fds }).is_err() {
+        tracing::error!("online restart: a client was lost on its way to the new process");
+        abort();
+    }
+    Ok(())
+}
+
+fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
+    loop {
+        match wire::recv(conn) {
+            Ok(Some(m)) if m.kind == CANCEL && m.payload.len() == 8 => {
+                let key = BackendKey {
+                    pid: u32::from_be_bytes([
+                        m.payload[0],
+                        m.payload[1],
+                        m.payload[2],
+                        m.payload[3],
+                    ]),
+                    secret: u32::from_be_bytes([
+                        m.payload[4],
+                        m.payload[5],
+                        m.payload[6],
+                        m.payload[7],
+                    ]),
+                };
+                let app = app.clone();
+                crate::workers::spawn_background(async move {
+                    crate::cancel::forward(&app, key).await;
+                });
+            }
+            Ok(Some(_)) => {
+                tracing::warn!("online restart: unexpected message from the new process")
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// The new process's end of the channel, between getting the sockets and being ready.
+pub struct Predecessor {
+    conn: UnixStream,
+}
+
+/// What a new process started with `-R` inherits from the running one.
+pub struct Inherited {
+    pub predecessor: Predecessor,
+    pub listeners: Vec<Vec<StdListener>>,
+    pub http: Option<std::net::TcpListener>,
+}
+
+/// Asks the running process for its sockets, spread over this process's `workers`.
+/// Ok(None) when there is no process to take over: as PgBouncer's -R, this one then
+/// starts as usual (and finds the ports free, or says they are not).
+pub fn request(g: &General, workers: usize) -> Result<Option<Inherited>, String> {
+    let Some(path) = control_path(g) else {
+        eprintln!(
+            "weir: -R: no running process can be reached without unix_socket_dir; starting normally"
+        );
+        return Ok(None);
+    };
+    let conn = match UnixStream::connect(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "weir: -R: no running process at {} ({e}); starting normally",
+                path.display()
+            );
+            return Ok(None);
+        }
+    };
+    let fail = |e: io::Error| format!("online restart failed: {e}");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(fail)?;
+    let hello = serde_json::to_vec(&Hello {
+        version: VERSION,
+        pid: std::process::id(),
+    })
+    .map_err(|e| e.to_string())?;
+    wire::send(&conn, HELLO, &hello, &[]).map_err(fail)?;
+    let workers = workers.max(1);
+    let mut listeners: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut http = None;
+    loop {
+        let m = match wire::recv(&conn).map_err(fail)? {
+            Some(m) => m,
+            None => {
+                return Err("the running process refused the online restart (see its log)".into())
+            }
+        };
+        match m.kind {
+            LISTENERS_END => break,
+            LISTENER => {
+                let desc: SocketDesc = serde_json::from_slice(&m.payload)
+                    .map_err(|e| format!("online restart failed: {e}"))?;
+                let fd = m
+                    .fds
+                    .into_iter()
+                    .next()
+                    .ok_or("online restart failed: a socket came without its descriptor")?;
+                let slot = &mut listeners[desc.worker % workers];
+                match desc.kind {
+                    Kind::Tcp => slot.push(StdListener::Tcp(std::net::TcpListener::from(fd))),
+                    Kind::Unix => slot.push(StdListener::Unix(
+                        std::os::unix::net::UnixListener::from(fd),
+                        desc.path,
+                    )),
+                    Kind::Http => http = Some(std::net::TcpListener::from(fd)),
+                }
+            }
+            _ => return Err("online restart failed: unexpected message".into()),
+        }
+    }
+    if listeners.iter().all(Vec::is_empty) {
+        return Err("online restart failed: the running process has no listening socket".into());
+    }
+    Ok(Some(Inherited {
+        predecessor: Predecessor { conn },
+        listeners,
+        http,
+    }))
+}
+
+/// The new process, accepting: tells the old one, and takes the clients it sends.
+pub fn take_over(app: &Arc<App>, p: Predecessor) {
+    let conn = p.conn;
+    if let Err(e) = wire::send(&conn, READY, b"", &[]).and_then(|()| conn.set_read_timeout(None)) {
+        tracing::error!("online restart: the running process is gone: {e}");
+        return;
+    }
+    let (tx, rx) = mpsc::channel::<BackendKey>();
+    *lock(&TO_PREDECESSOR) = Some(tx);
+    if let Ok(writer) = conn.try_clone() {
+        let _ = std::thread::Builder::new()
+            .name("weir-takeover-cancels".into())
+            .spawn(move || {
+                for key in rx {
+                    let mut b = [0u8; 8];
+                    b[..4].copy_from_slice(&key.pid.to_be_bytes());
+                    b[4..].copy_from_slice(&key.secret.to_be_bytes());
+                    if wire::send(&writer, CANCEL, &b, &[]).is_err() {
+                        return;
+                    }
+                }
+            });
+    }
+    let app = app.clone();
+    let _ = std::thread::Builder::new()
+        .name("weir-takeover".into())
+        .spawn(move || {
+            let mut moved = 0u64;
+            loop {
+                match wire::recv(&conn) {
+                    Ok(Some(m)) if m.kind == CLIENT => {
+                        match crate::client::moved::adopt(&app, &m.payload, m.fds) {
+                            Ok(()) => moved += 1,
+                            Err(e) => tracing::warn!("online restart: a client could not be taken over: {e}"),
+                        }
+                    }
+                    Ok(Some(_)) => tracing::warn!("online restart: unexpected message"),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            lock(&TO_PREDECESSOR).take();
+            tracing::info!("online restart complete: the previous process has exited ({moved} clients taken over)");
+        });
+}
+
+/// A cancel request for a key this process does not know goes to the previous process
+/// while it runs: its client may still be there. False when there is none.
+pub fn forward_cancel(key: BackendKey) -> bool {
+    lock(&TO_PREDECESSOR)
+        .as_ref()
+        .is_some_and(|tx| tx.send(key).is_ok())
+}

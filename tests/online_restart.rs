@@ -1,0 +1,400 @@
+//! Online restart (`weir -R`): a new process started with the running one's configuration
+//! takes over its listening sockets and its idle clients; the old one exits once the
+//! clients it still serves have moved or left. Under pgbench (persistent connections and a
+//! new connection per transaction) nothing fails and no connection is dropped.
+
+// Tests run on their own runtime, which has a time driver (clippy.toml is for Weir's
+// workers).
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use common::weir::weir_command;
+use common::*;
+use std::fs;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use tokio_postgres::NoTls;
+
+/// The process started with -R, killed on drop.
+struct Successor {
+    child: Option<Child>,
+    stderr: std::path::PathBuf,
+}
+
+impl Successor {
+    fn start(old: &Weir) -> Successor {
+        let stderr = old.dir().join(format!("successor-{}.log", free_port()));
+        let child = weir_command()
+            .arg("-R")
+            .arg(old.config_path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(fs::File::create(&stderr).unwrap()))
+            .spawn()
+            .expect("spawn weir -R");
+        Successor {
+            child: Some(child),
+            stderr,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let st = wait_timeout(self.child.as_mut()?, timeout);
+        if st.is_some() {
+            self.child = None;
+        }
+        st
+    }
+}
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn transaction_pooler(pg: &PgServer) -> Weir {
+    Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 5)
+        .set("max_client_conn", 200)
+        .set("query_wait_timeout", 60)
+        .start()
+}
+
+/// A long query of `c` is cancelled with its cancel key (through the listening port,
+/// whichever process holds it).
+async fn assert_cancel_works(pg: &PgServer, c: tokio_postgres::Client) {
+    let token = c.cancel_token();
+    let sleeper =
+        tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends_where(
+            "query = 'select pg_sleep(30)' and state = 'active'"
+        ) == 1),
+        "the sleep never ran"
+    );
+    token.cancel_query(NoTls).await.unwrap();
+    let r = tokio::time::timeout(TIMEOUT, sleeper)
+        .await
+        .expect("the cancel did not reach the client's query")
+        .unwrap();
+    assert_eq!(expect_db_error(&r.expect_err("cancelled")).code, "57014");
+}
+
+fn pidfile_pid(path: &std::path::Path) -> Option<u32> {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// Under pgbench with persistent connections and with a connection per transaction, the
+/// restart fails no transaction and drops no client: the old process exits while the
+/// persistent clients are still running, so they were moved, not waited for. A client
+/// with settings, a prepared statement and a cancel key keeps all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_under_pgbench_moves_every_client() {
+    let pg = PgServer::start();
+    pgbench_direct(&pg, "postgres", "postgres", &["-i", "-q", "-s", "1"]).assert_ok();
+    let piddir = tempfile::tempdir().unwrap();
+    let pidfile = piddir.path().join("weir.pid");
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 5)
+        .set("max_client_conn", 200)
+        .set("query_wait_timeout", 60)
+        .set("pidfile", pidfile.display())
+        .start();
+    assert_eq!(
+        pidfile_pid(&pidfile),
+        Some(old.pid() as u32),
+        "{}",
+        old.log_tail()
+    );
+
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute(
+        "create schema if not exists moved_schema; set search_path to moved_schema, public",
+    )
+    .await
+    .unwrap();
+    let stmt = c.prepare("select $1::int + 1").await.unwrap();
+    let row = c.query_one(&stmt, &[&41i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+
+    let port = old.port();
+    let persistent = std::thread::spawn(move || {
+        let p = port.to_string();
+        pgbench(&[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-U",
+            "postgres",
+            "-c",
+            "8",
+            "-j",
+            "2",
+            "-T",
+            "12",
+            "-S",
+            "postgres",
+        ])
+    });
+    let reconnecting = std::thread::spawn(move || {
+        let p = port.to_string();
+        pgbench(&[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-U",
+            "postgres",
+            "-c",
+            "4",
+            "-j",
+            "2",
+            "-T",
+            "12",
+            "-C",
+            "-N",
+            "postgres",
+        ])
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new = Successor::start(&old);
+    let exited = old.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the old process did not exit cleanly: {exited:?}\n{}\n-- new --\n{}",
+        old.log_tail(),
+        new.log()
+    );
+    assert!(
+        !persistent.is_finished(),
+        "pgbench ended before the old process exited: its clients were not moved\n{}",
+        old.log_tail()
+    );
+    assert_eq!(
+        pidfile_pid(&pidfile),
+        Some(new.pid()),
+        "the pidfile names the new process"
+    );
+
+    let persistent = persistent.join().unwrap();
+    let reconnecting = reconnecting.join().unwrap();
+    for r in [&persistent, &reconnecting] {
+        r.assert_clean();
+        assert!(!r.stderr.contains("aborted"), "{}", r.stderr);
+    }
+
+    // The client with state kept its connection, its settings and its statement.
+    assert_eq!(q1(&c, "show search_path").await, "moved_schema, public");
+    let row = c.query_one(&stmt, &[&1i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2);
+    // Its cancel key works on the new process.
+    assert_cancel_works(&pg, c).await;
+    let log = new.log();
+    assert!(log.contains("clients taken over"), "{log}");
+}
+
+/// A client in a transaction when the restart begins finishes it on the old process,
+/// which stays until then; the client then moves and goes on, and its write is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_transaction_finishes_on_the_old_process() {
+    let pg = PgServer::start();
+    pg.exec("create table restart_t (v int)");
+    let mut old = transaction_pooler(&pg);
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("begin; insert into restart_t values (1)")
+        .await
+        .unwrap();
+    let new = Successor::start(&old);
+    // The new process accepts: a new client gets in (on either, while both run).
+    let fresh = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            if new.log().contains("started") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(fresh.is_ok(), "{}", new.log());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        old.is_running(),
+        "the old process left a transaction open\n{}",
+        old.log_tail()
+    );
+    c.batch_execute("insert into restart_t values (2); commit")
+        .await
+        .unwrap();
+    assert_eq!(q1(&c, "select count(*) from restart_t").await, "2");
+    let exited = old.wait_exit(Duration::from_secs(20));
+    assert!(
+        exited.is_some(),
+        "the old process stayed\n{}",
+        old.log_tail()
+    );
+    assert_eq!(q1(&c, "select sum(v) from restart_t").await, "3");
+    assert_eq!(pg.psql("select count(*) from restart_t").trim(), "2");
+    drop(new);
+}
+
+/// Two restarts in a row: the process that took over can itself be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_process_can_be_restarted() {
+    let pg = PgServer::start();
+    let mut old = transaction_pooler(&pg);
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    let mut first = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    assert_eq!(q1(&c, "select 1").await, "1");
+    // The first successor's own control socket is there for the next one.
+    let second = {
+        let started = Instant::now();
+        loop {
+            let mut s = Successor::start(&old);
+            if s.wait_exit(Duration::from_millis(500)).is_none() {
+                break s;
+            }
+            assert!(started.elapsed() < TIMEOUT, "{}", s.log());
+        }
+    };
+    assert!(
+        first.wait_exit(Duration::from_secs(20)).is_some(),
+        "the first successor stayed\n{}",
+        first.log()
+    );
+    assert_eq!(q1(&c, "select 2").await, "2");
+    let fresh = connect(old.port(), "postgres", "postgres").await.unwrap();
+    assert_eq!(q1(&fresh, "select 3").await, "3");
+    drop(second);
+}
+
+/// Without a Unix socket directory there is no way to reach the running process: -R says
+/// so, starts normally as PgBouncer's does, finds the port taken and exits; the running
+/// process is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_unix_socket_dir_is_refused() {
+    let pg = PgServer::start();
+    let mut old = Weir::for_pg(&pg).set("unix_socket_dir", "").start();
+    let mut new = Successor::start(&old);
+    let st = new.wait_exit(TIMEOUT).expect("weir -R exits");
+    assert!(!st.success());
+    assert!(new.log().contains("unix_socket_dir"), "{}", new.log());
+    assert!(new.log().contains("cannot listen"), "{}", new.log());
+    assert!(old.is_running());
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    assert_eq!(q1(&c, "select 1").await, "1");
+}
+
+/// With no process running, -R starts as usual (PgBouncer's -R does the same), and can
+/// itself be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_with_nothing_running_starts_normally() {
+    let pg = PgServer::start();
+    let mut first = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .arg("-R")
+        .start();
+    assert!(first.log().contains("starting normally"), "{}", first.log());
+    let c = connect(first.port(), "postgres", "postgres").await.unwrap();
+    assert_eq!(q1(&c, "select 1").await, "1");
+    let _new = Successor::start(&first);
+    assert!(
+        first.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        first.log_tail()
+    );
+    assert_eq!(q1(&c, "select 2").await, "2");
+}
+
+/// In session mode a client moves with its server, between two transactions: its
+/// backend, temporary table, prepared statements and cancel key all stay; pgbench with
+/// server-side prepared statements (which live on the server) fails nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_mode_clients_move_with_their_servers() {
+    let pg = PgServer::start();
+    pgbench_direct(&pg, "postgres", "postgres", &["-i", "-q", "-s", "1"]).assert_ok();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("default_pool_size", 20)
+        .start();
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("create temp table moved_tmp (v int); insert into moved_tmp values (7)")
+        .await
+        .unwrap();
+    let backend = q1(&c, "select pg_backend_pid()").await;
+    let stmt = c.prepare("select $1::int * 2").await.unwrap();
+
+    let port = old.port();
+    let persistent = std::thread::spawn(move || {
+        let p = port.to_string();
+        pgbench(&[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-U",
+            "postgres",
+            "-c",
+            "6",
+            "-j",
+            "2",
+            "-T",
+            "10",
+            "-S",
+            "-M",
+            "prepared",
+            "postgres",
+        ])
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new = Successor::start(&old);
+    let exited = old.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the old process did not exit: {exited:?}\n{}\n-- new --\n{}",
+        old.log_tail(),
+        new.log()
+    );
+    assert!(
+        !persistent.is_finished(),
+        "pgbench ended before the old process exited: its clients were not moved"
+    );
+    let persistent = persistent.join().unwrap();
+    persistent.assert_clean();
+    assert!(
+        !persistent.stderr.contains("aborted"),
+        "{}",
+        persistent.stderr
+    );
+
+    assert_eq!(
+        q1(&c, "select pg_backend_pid()").await,
+        backend,
+        "the same server"
+    );
+    assert_eq!(q1(&c, "select v from moved_tmp").await, "7");
+    let row = c.query_one(&stmt, &[&21i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+    assert_cancel_works(&pg, c).await;
+}
