@@ -86,8 +86,17 @@ pub fn run() -> ExitCode {
         }
         None => None,
     };
+    let activated = match listener::from_systemd(workers) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (listeners, inherited_http, predecessor) = if let Some(i) = inherited {
         (i.listeners, i.http, Some(i.predecessor))
+    } else if let Some(l) = activated {
+        (l, None, None)
     } else {
         match listener::bind_all_std(g, workers) {
             Ok(l) => (l, None, None),

@@ -226,6 +226,54 @@ pub fn bind_all_std(g: &General, workers: usize) -> Result<Vec<Vec<StdListener>>
     Ok(per_worker)
 }
 
+/// Sockets passed by systemd's socket activation (`LISTEN_FDS`, for this process by
+/// `LISTEN_PID`, from descriptor 3 on), each shared by every worker; None when there are
+/// none. They replace listen_addr and unix_socket_dir's socket: the unit's `.socket`
+/// file says where to listen, and systemd keeps the socket (and its file) across
+/// restarts of the service.
+pub fn from_systemd(workers: usize) -> Result<Option<Vec<Vec<StdListener>>>, String> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (Some(pid), Some(n)) = (
+        std::env::var_os("LISTEN_PID"),
+        std::env::var_os("LISTEN_FDS"),
+    ) else {
+        return Ok(None);
+    };
+    if pid.to_str().and_then(|p| p.parse::<u32>().ok()) != Some(std::process::id()) {
+        return Ok(None);
+    }
+    let n: i32 = n
+        .to_str()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| (1..=1024).contains(n))
+        .ok_or("LISTEN_FDS is not a number of sockets")?;
+    // Not for whatever this process may start.
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
+    let workers = workers.max(1);
+    let mut per_worker: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
+    for fd in 3..3 + n {
+        // SAFETY: systemd passes these descriptors to this process (LISTEN_PID) for it to
+        // own; nothing else in the process has taken them.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let socket = Socket::from(owned);
+        let fail = |e: std::io::Error| format!("socket {fd} from systemd: {e}");
+        let local = socket.local_addr().map_err(fail)?;
+        socket.set_nonblocking(true).map_err(fail)?;
+        socket.set_cloexec(true).map_err(fail)?;
+        for list in &mut per_worker {
+            let s = socket.try_clone().map_err(fail)?;
+            list.push(if local.is_unix() {
+                StdListener::Unix(s.into(), None)
+            } else {
+                StdListener::Tcp(s.into())
+            });
+        }
+    }
+    Ok(Some(per_worker))
+}
+
 /// Accepts until shutdown; each client gets its own task.
 pub async fn run(app: Arc<App>, listener: Listener) {
     // A socket bound to one address has that address as every connection's local end, so
