@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::tls::Certs;
 use common::weir::weir_command;
 use common::*;
 use std::fs;
@@ -397,4 +398,50 @@ async fn session_mode_clients_move_with_their_servers() {
     let row = c.query_one(&stmt, &[&21i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 42);
     assert_cancel_works(&pg, c).await;
+}
+
+/// A TLS client cannot move (its TLS session stays with the process that made it): it is
+/// served by the old process until it leaves, with its connection and settings intact,
+/// and the old process exits after it.
+#[test]
+fn a_tls_client_finishes_on_the_old_process() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("client_tls_sslmode", "require")
+        .set("client_tls_cert_file", certs.p("server.crt"))
+        .set("client_tls_key_file", certs.p("server.key"))
+        .start();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=require",
+        old.port()
+    );
+    let script = "set application_name = 'tls_kept';\nselect 'before';\n\\! sleep 4\nselect 'after', current_setting('application_name');\n";
+    let psql = std::thread::spawn(move || {
+        let mut cmd = clean_command("psql");
+        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", &conninfo, "-f", "-"]);
+        run_with_timeout(&mut cmd, Some(script.as_bytes()), Duration::from_secs(60))
+    });
+    assert!(
+        eventually(TIMEOUT, || old.logfile().contains("tls=TLS")),
+        "{}",
+        old.log_tail()
+    );
+    let new = Successor::start(&old);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(old.is_running(), "the old process left its TLS client\n{}", old.log_tail());
+    let out = psql.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("after|tls_kept"),
+        "the TLS client lost its connection or settings: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process stayed after its last client left\n{}",
+        old.log_tail()
+    );
+    drop(new);
 }
