@@ -364,7 +364,8 @@ async fn drain(
     let mut killed_at: Option<std::time::Instant> = None;
     const GOODBYE_GRACE: Duration = Duration::from_secs(6);
     loop {
-        let n = app.clients.load(Ordering::Relaxed);
+        // After an online restart, clients still on their way to the new process count.
+        let n = app.clients.load(Ordering::Relaxed) + takeover::in_flight();
         if n == 0 {
             break;
         }

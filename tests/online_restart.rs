@@ -398,3 +398,45 @@ async fn session_mode_clients_move_with_their_servers() {
     assert_eq!(row.get::<_, i32>(0), 42);
     assert_cancel_works(&pg, c).await;
 }
+
+/// Many idle clients move at once: the old process must not exit while some of them are
+/// still on their way to the new one (written out, so no longer counted as its clients,
+/// but not yet sent). Every client keeps its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_parked_clients_all_arrive() {
+    const N: usize = 1500;
+    let pg = PgServer::start();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 5)
+        .set("max_client_conn", N + 100)
+        .start();
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(connect(old.port(), "postgres", "postgres").await.unwrap());
+    }
+    // Idle for a while: parked.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new = Successor::start(&old);
+    let exited = old.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the old process did not exit cleanly: {exited:?}\n{}",
+        old.log_tail()
+    );
+    let mut lost = 0;
+    for c in &clients {
+        if tokio::time::timeout(TIMEOUT, c.simple_query("select 1"))
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            lost += 1;
+        }
+    }
+    assert_eq!(
+        lost,
+        0,
+        "clients lost in the move\n-- new --\n{}",
+        new.log()
+    );
+}

@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -64,6 +64,32 @@ struct Parcel {
     text: Vec<u8>,
     /// The client's socket, and its server's when one moves with it.
     fds: Vec<OwnedFd>,
+    _in_flight: InFlight,
+}
+
+/// Clients written out but not yet sent: no longer counted among the old process's
+/// clients (their sessions are gone), yet it must not exit before they are on the
+/// channel, or they would be closed with it.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+struct InFlight;
+
+impl InFlight {
+    fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Clients on their way to the new process (see IN_FLIGHT).
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::SeqCst)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -325,13 +351,20 @@ pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
     let Some(tx) = lock(&OUTBOX).clone() else {
         return Err(session);
     };
+    // Counted before the session (and its place in the client count) goes.
+    let in_flight = InFlight::new();
     // A movable session that cannot be written out would be asked again at once: the
     // move stops instead, and the clients left finish here.
     let (text, fds) = crate::client::moved::pack(session).inspect_err(|_| {
         tracing::error!("online restart: a client could not be moved; the rest stay here");
         abort();
     })?;
-    if tx.send(Parcel { text, fds }).is_err() {
+    let parcel = Parcel {
+        text,
+        fds,
+        _in_flight: in_flight,
+    };
+    if tx.send(parcel).is_err() {
         tracing::error!("online restart: a client was lost on its way to the new process");
         abort();
     }
