@@ -440,3 +440,34 @@ async fn many_parked_clients_all_arrive() {
         new.log()
     );
 }
+
+/// A client whose password auth_query looked up (md5, so no SCRAM keys of its own to log
+/// servers in with) moves: the new process's pool has not learnt the secret at a login of
+/// its own, so the moved client brings it, and its next transaction gets a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_logged_in_through_auth_query_gets_servers_after_the_move() {
+    let pg = PgServer::start();
+    pg.create_user("carol", "pw1", "md5");
+    pg.create_user_lookup();
+    // Weir's own logins as carol must use the password too.
+    pg.set_hba(&["host all carol 127.0.0.1/32 md5"]);
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("auth_type", "md5")
+        .auth_query_lookup()
+        .userlist(&[("lookup", "")])
+        .start();
+    let c = connect_pw(old.port(), "postgres", "carol", "pw1")
+        .await
+        .unwrap_or_else(|e| panic!("carol could not log in: {e:?}\n{}", old.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "carol");
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    let r = c.simple_query("select current_user").await;
+    assert!(r.is_ok(), "{r:?}\n-- new --\n{}", new.log());
+    assert_eq!(q1(&c, "select current_user").await, "carol");
+}

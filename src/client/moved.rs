@@ -53,6 +53,10 @@ pub struct Moved {
     scram_keys: Option<([u8; 32], [u8; 32])>,
     #[serde(default)]
     scram_password: Option<String>,
+    /// The secret the pool logs servers in with, when auth_query learnt it at a login on
+    /// the old process: the new process's pool has none until a client logs in there.
+    #[serde(default)]
+    pool_secret: Option<String>,
     /// How long it has been idle (client_idle_timeout keeps counting).
     idle_ms: u64,
     /// Session mode: the server that moves with it.
@@ -183,6 +187,16 @@ pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Se
             .unwrap_or_default(),
         scram_keys,
         scram_password,
+        pool_secret: session
+            .pool
+            .settings()
+            .target
+            .secret
+            .as_ref()
+            .map(|s| match s {
+                weir_auth::Secret::Plain(p) | weir_auth::Secret::Md5(p) => p.clone(),
+                weir_auth::Secret::Scram(v) => v.to_string(),
+            }),
         idle_ms: session.idle_since.elapsed().as_millis() as u64,
         server: extras
             .and_then(|x| x.handoff.as_ref())
@@ -335,6 +349,11 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
     };
     if let Some(keys) = &scram_keys {
         pool.remember_scram(keys);
+    }
+    if let Some(secret) = &moved.pool_secret {
+        if pool.settings().target.secret.is_none() {
+            pool.learn_secret(&weir_auth::Secret::parse(secret));
+        }
     }
     let gucs = |g: Option<Vec<(String, String)>>| {
         g.map(|g| {
