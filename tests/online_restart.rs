@@ -471,3 +471,59 @@ async fn a_client_logged_in_through_auth_query_gets_servers_after_the_move() {
     assert!(r.is_ok(), "{r:?}\n-- new --\n{}", new.log());
     assert_eq!(q1(&c, "select current_user").await, "carol");
 }
+
+/// read_write_split: a client that wrote and then went idle waits (in the old process) for
+/// the standbys to replay its write before it reads there. It moves all the same, and in
+/// the new process its reads still see its write on a lagging standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_wrote_under_read_write_split_moves_and_reads_its_write() {
+    use common::hosts::{client, entry, fast_checks, host_col, pair, show_hosts};
+    let (primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    primary.exec("create table moved_ryw(k int primary key)");
+    assert!(eventually(TIMEOUT, || replica
+        .try_psql("select count(*) from moved_ryw")
+        .is_ok_and(|s| s.trim() == "0")));
+    replica.exec("alter system set recovery_min_apply_delay = '5s'");
+    replica.reload();
+    let mut old = fast_checks()
+        .database("app", &entry(&[p, r], "read_write_split=1"))
+        .start();
+    let mut writer = client(&old, "app");
+    assert!(
+        eventually(Duration::from_secs(10), || host_col(
+            &show_hosts(&old),
+            "app",
+            r,
+            "role"
+        )
+        .as_deref()
+            == Some("standby")),
+        "{}",
+        old.log_tail()
+    );
+    writer
+        .simple_query("insert into moved_ryw values (1)")
+        .unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "the client that wrote did not move\n{}",
+        old.log_tail()
+    );
+    // The new process knows the standby: a read not held for the write would go there.
+    assert!(eventually(Duration::from_secs(10), || host_col(
+        &show_hosts(&old),
+        "app",
+        r,
+        "role"
+    )
+    .as_deref()
+        == Some("standby")));
+    assert_eq!(
+        writer.query_one("select count(*) from moved_ryw where k = 1"),
+        "1",
+        "the moved client did not read its write\n{}",
+        new.log()
+    );
+}

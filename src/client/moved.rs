@@ -57,6 +57,11 @@ pub struct Moved {
     /// the old process: the new process's pool has none until a client logs in there.
     #[serde(default)]
     pool_secret: Option<String>,
+    /// read_write_split: the client wrote, and its reads wait for the standbys to replay
+    /// the write (the old process's record of it means nothing to the new one, which waits
+    /// for a position taken after the move instead, later than the write).
+    #[serde(default)]
+    wrote: bool,
     /// How long it has been idle (client_idle_timeout keeps counting).
     idle_ms: u64,
     /// Session mode: the server that moves with it.
@@ -88,8 +93,7 @@ impl Session {
             && self.ties & (PINNED | LISTENING | LOST) == 0
             && !self.stream.is_tls()
             && self.extras.as_ref().is_none_or(|x| {
-                x.pending_write.is_none()
-                    && x.requested.is_none()
+                x.requested.is_none()
                     && x.touched_names.is_empty()
                     && x.prepared
                         .as_ref()
@@ -197,6 +201,7 @@ pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Se
                 weir_auth::Secret::Plain(p) | weir_auth::Secret::Md5(p) => p.clone(),
                 weir_auth::Secret::Scram(v) => v.to_string(),
             }),
+        wrote: extras.is_some_and(|x| x.pending_write.is_some()),
         idle_ms: session.idle_since.elapsed().as_millis() as u64,
         server: extras
             .and_then(|x| x.handoff.as_ref())
@@ -387,12 +392,18 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
         &pool.user,
     );
     let general = &snap.config.general;
+    let pending_write = if moved.wrote {
+        pool.settings().split.as_ref().map(|e| e.lsn.wrote())
+    } else {
+        None
+    };
     let extras = Extras {
         scram_keys,
         prepared,
         gucs: gucs(moved.gucs),
         startup_gucs: gucs(moved.startup_gucs),
         unnamed_params: moved.unnamed_params,
+        pending_write,
         ..Extras::default()
     };
     let timeouts = Timeouts::from_config(general, snap.config.users.get(&moved.user));
