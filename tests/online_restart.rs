@@ -527,3 +527,43 @@ async fn a_client_that_wrote_under_read_write_split_moves_and_reads_its_write() 
         new.log()
     );
 }
+
+/// A session-mode client moves with its server; if the new configuration pools its
+/// database in transaction mode, the client keeps its session (as a reload leaves a
+/// logged-in client's mode): its server, with its temporary table, is not given to
+/// another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_mode_client_keeps_its_server_when_the_new_configuration_pools_transactions() {
+    let pg = PgServer::start();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("default_pool_size", 5)
+        .start();
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("create temp table kept_tmp (v int); insert into kept_tmp values (7)")
+        .await
+        .unwrap();
+    let backend = q1(&c, "select pg_backend_pid()").await;
+    let ini = fs::read_to_string(old.config_path()).unwrap();
+    assert!(ini.contains("pool_mode = session"), "{ini}");
+    fs::write(
+        old.config_path(),
+        ini.replace("pool_mode = session", "pool_mode = transaction"),
+    )
+    .unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    assert_eq!(q1(&c, "select v from kept_tmp").await, "7", "{}", new.log());
+    let other = connect(old.port(), "postgres", "postgres").await.unwrap();
+    assert_ne!(
+        q1(&other, "select pg_backend_pid()").await,
+        backend,
+        "the moved client's server was lent to another client"
+    );
+    assert_eq!(q1(&c, "select pg_backend_pid()").await, backend);
+    assert_eq!(q1(&c, "select v from kept_tmp").await, "7");
+}

@@ -386,11 +386,18 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
     }
     pool.clients.fetch_add(1, Ordering::Relaxed);
     let no_entry = weir_config::Database::default();
-    let mode = snap.pool_mode(
-        snap.resolve_database(&moved.database)
-            .map_or(&no_entry, |d| d.0),
-        &pool.user,
-    );
+    // A client that comes with its server stays in session mode whatever the new
+    // configuration says (as a reload leaves a logged-in client's mode): its server holds
+    // its session, which must not go back to a pool.
+    let mode = if moved.server.is_some() {
+        PoolMode::Session
+    } else {
+        snap.pool_mode(
+            snap.resolve_database(&moved.database)
+                .map_or(&no_entry, |d| d.0),
+            &pool.user,
+        )
+    };
     let general = &snap.config.general;
     let pending_write = if moved.wrote {
         pool.settings().split.as_ref().map(|e| e.lsn.wrote())
