@@ -567,3 +567,88 @@ async fn a_session_mode_client_keeps_its_server_when_the_new_configuration_pools
     assert_eq!(q1(&c, "select pg_backend_pid()").await, backend);
     assert_eq!(q1(&c, "select v from kept_tmp").await, "7");
 }
+
+/// A second restart while the first one's old process still finishes a transaction: the
+/// process in the middle must stay until the first has gone, as the client in the
+/// transaction still moves through it; the client keeps its connection and the first
+/// process exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_restart_loses_no_client() {
+    let pg = PgServer::start();
+    pg.exec("create table chain_t (v int)");
+    let mut first = transaction_pooler(&pg);
+    let c = connect(first.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("begin; insert into chain_t values (1)")
+        .await
+        .unwrap();
+    let mut second = Successor::start(&first);
+    assert!(
+        eventually(TIMEOUT, || first.log_tail().contains("accepts now")),
+        "{}",
+        first.log_tail()
+    );
+    let third = {
+        let started = Instant::now();
+        loop {
+            let mut s = Successor::start(&first);
+            if s.wait_exit(Duration::from_millis(500)).is_none() {
+                break s;
+            }
+            assert!(started.elapsed() < TIMEOUT, "{}", s.log());
+        }
+    };
+    assert!(
+        eventually(TIMEOUT, || second.log().contains("accepts now")),
+        "{}",
+        second.log()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.batch_execute("commit").await.unwrap();
+    assert!(
+        first.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        first.log_tail()
+    );
+    assert!(
+        second.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        second.log()
+    );
+    let r = c.simple_query("select count(*) from chain_t").await;
+    assert!(
+        r.is_ok(),
+        "{r:?}\n-- first --\n{}\n-- second --\n{}\n-- third --\n{}",
+        first.log_tail(),
+        second.log(),
+        third.log()
+    );
+    drop(third);
+}
+
+/// The new process dies during the move: the clients still on the old process stay there
+/// and are served, rather than being sent into a channel no one reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_left_stay_when_the_new_process_dies() {
+    let pg = PgServer::start();
+    let mut old = transaction_pooler(&pg);
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("begin").await.unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
+        "{}",
+        old.log_tail()
+    );
+    drop(new);
+    assert!(
+        eventually(TIMEOUT, || old
+            .log_tail()
+            .contains("the new process is gone")),
+        "{}",
+        old.log_tail()
+    );
+    c.batch_execute("commit").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(q1(&c, "select 1").await, "1", "{}", old.log_tail());
+    assert!(old.is_running());
+}

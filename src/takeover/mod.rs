@@ -397,7 +397,17 @@ fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
             Ok(Some(_)) => {
                 tracing::warn!("online restart: unexpected message from the new process")
             }
-            Ok(None) | Err(_) => return,
+            // The new process is gone: a client sent now would be lost with the channel;
+            // those left stay here.
+            Ok(None) | Err(_) => {
+                if moving() {
+                    tracing::error!(
+                        "online restart: the new process is gone; the clients left stay here"
+                    );
+                    abort();
+                }
+                return;
+            }
         }
     }
 }
@@ -529,6 +539,12 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
             lock(&TO_PREDECESSOR).take();
             tracing::info!("online restart complete: the previous process has exited ({moved} clients taken over)");
         });
+}
+
+/// The previous process still runs (and may still send clients here): this process must
+/// not exit before it, or the clients on their way here would be lost.
+pub fn predecessor_running() -> bool {
+    lock(&TO_PREDECESSOR).is_some()
 }
 
 /// A cancel request for a key this process does not know goes to the previous process
