@@ -15,9 +15,10 @@
 //!
 //! What does not move, and finishes on the old process (which exits when the last such
 //! client has gone, or at `shutdown_drain_timeout` when that is set, as a safe shutdown
-//! does): clients over TLS (rustls' session state cannot be carried), clients in session
-//! mode and clients pinned to their server (a server connection is not moved), clients
-//! that LISTEN, and admin console sessions. The old process's servers are closed when it
+//! does): clients over TLS (rustls' session state cannot be carried), session-mode
+//! clients whose server is over TLS (a session-mode client otherwise moves with its
+//! server, between two transactions), clients pinned to their server in the pooled modes,
+//! clients that LISTEN, and admin console sessions. The old process's servers are closed when it
 //! exits; the new one opens its own, so PostgreSQL sees up to both pools' servers for the
 //! length of the overlap.
 
