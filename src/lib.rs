@@ -373,7 +373,11 @@ async fn drain(
     let mut killed_at: Option<std::time::Instant> = None;
     const GOODBYE_GRACE: Duration = Duration::from_secs(6);
     loop {
-        let n = app.clients.load(Ordering::Relaxed);
+        // After an online restart, clients still on their way to the new process count,
+        // and so does a previous process still running (it may send clients here yet).
+        let n = app.clients.load(Ordering::Relaxed)
+            + takeover::in_flight()
+            + usize::from(takeover::predecessor_running());
         if n == 0 {
             break;
         }

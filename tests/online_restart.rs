@@ -444,4 +444,256 @@ fn a_tls_client_finishes_on_the_old_process() {
         old.log_tail()
     );
     drop(new);
+/// Many idle clients move at once: the old process must not exit while some of them are
+/// still on their way to the new one (written out, so no longer counted as its clients,
+/// but not yet sent). Every client keeps its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_parked_clients_all_arrive() {
+    const N: usize = 1500;
+    let pg = PgServer::start();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 5)
+        .set("max_client_conn", N + 100)
+        .start();
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(connect(old.port(), "postgres", "postgres").await.unwrap());
+    }
+    // Idle for a while: parked.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new = Successor::start(&old);
+    let exited = old.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the old process did not exit cleanly: {exited:?}\n{}",
+        old.log_tail()
+    );
+    let mut lost = 0;
+    for c in &clients {
+        if tokio::time::timeout(TIMEOUT, c.simple_query("select 1"))
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            lost += 1;
+        }
+    }
+    assert_eq!(
+        lost,
+        0,
+        "clients lost in the move\n-- new --\n{}",
+        new.log()
+    );
+}
+
+/// A client whose password auth_query looked up (md5, so no SCRAM keys of its own to log
+/// servers in with) moves: the new process's pool has not learnt the secret at a login of
+/// its own, so the moved client brings it, and its next transaction gets a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_logged_in_through_auth_query_gets_servers_after_the_move() {
+    let pg = PgServer::start();
+    pg.create_user("carol", "pw1", "md5");
+    pg.create_user_lookup();
+    // Weir's own logins as carol must use the password too.
+    pg.set_hba(&["host all carol 127.0.0.1/32 md5"]);
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("auth_type", "md5")
+        .auth_query_lookup()
+        .userlist(&[("lookup", "")])
+        .start();
+    let c = connect_pw(old.port(), "postgres", "carol", "pw1")
+        .await
+        .unwrap_or_else(|e| panic!("carol could not log in: {e:?}\n{}", old.log_tail()));
+    assert_eq!(q1(&c, "select current_user").await, "carol");
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    let r = c.simple_query("select current_user").await;
+    assert!(r.is_ok(), "{r:?}\n-- new --\n{}", new.log());
+    assert_eq!(q1(&c, "select current_user").await, "carol");
+}
+
+/// read_write_split: a client that wrote and then went idle waits (in the old process) for
+/// the standbys to replay its write before it reads there. It moves all the same, and in
+/// the new process its reads still see its write on a lagging standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_wrote_under_read_write_split_moves_and_reads_its_write() {
+    use common::hosts::{client, entry, fast_checks, host_col, pair, show_hosts};
+    let (primary, replica) = pair();
+    let (p, r) = (primary.port(), replica.port());
+    primary.exec("create table moved_ryw(k int primary key)");
+    assert!(eventually(TIMEOUT, || replica
+        .try_psql("select count(*) from moved_ryw")
+        .is_ok_and(|s| s.trim() == "0")));
+    replica.exec("alter system set recovery_min_apply_delay = '5s'");
+    replica.reload();
+    let mut old = fast_checks()
+        .database("app", &entry(&[p, r], "read_write_split=1"))
+        .start();
+    let mut writer = client(&old, "app");
+    assert!(
+        eventually(Duration::from_secs(10), || host_col(
+            &show_hosts(&old),
+            "app",
+            r,
+            "role"
+        )
+        .as_deref()
+            == Some("standby")),
+        "{}",
+        old.log_tail()
+    );
+    writer
+        .simple_query("insert into moved_ryw values (1)")
+        .unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "the client that wrote did not move\n{}",
+        old.log_tail()
+    );
+    // The new process knows the standby: a read not held for the write would go there.
+    assert!(eventually(Duration::from_secs(10), || host_col(
+        &show_hosts(&old),
+        "app",
+        r,
+        "role"
+    )
+    .as_deref()
+        == Some("standby")));
+    assert_eq!(
+        writer.query_one("select count(*) from moved_ryw where k = 1"),
+        "1",
+        "the moved client did not read its write\n{}",
+        new.log()
+    );
+}
+
+/// A session-mode client moves with its server; if the new configuration pools its
+/// database in transaction mode, the client keeps its session (as a reload leaves a
+/// logged-in client's mode): its server, with its temporary table, is not given to
+/// another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_mode_client_keeps_its_server_when_the_new_configuration_pools_transactions() {
+    let pg = PgServer::start();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("default_pool_size", 5)
+        .start();
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("create temp table kept_tmp (v int); insert into kept_tmp values (7)")
+        .await
+        .unwrap();
+    let backend = q1(&c, "select pg_backend_pid()").await;
+    let ini = fs::read_to_string(old.config_path()).unwrap();
+    assert!(ini.contains("pool_mode = session"), "{ini}");
+    fs::write(
+        old.config_path(),
+        ini.replace("pool_mode = session", "pool_mode = transaction"),
+    )
+    .unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    assert_eq!(q1(&c, "select v from kept_tmp").await, "7", "{}", new.log());
+    let other = connect(old.port(), "postgres", "postgres").await.unwrap();
+    assert_ne!(
+        q1(&other, "select pg_backend_pid()").await,
+        backend,
+        "the moved client's server was lent to another client"
+    );
+    assert_eq!(q1(&c, "select pg_backend_pid()").await, backend);
+    assert_eq!(q1(&c, "select v from kept_tmp").await, "7");
+}
+
+/// A second restart while the first one's old process still finishes a transaction: the
+/// process in the middle must stay until the first has gone, as the client in the
+/// transaction still moves through it; the client keeps its connection and the first
+/// process exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_restart_loses_no_client() {
+    let pg = PgServer::start();
+    pg.exec("create table chain_t (v int)");
+    let mut first = transaction_pooler(&pg);
+    let c = connect(first.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("begin; insert into chain_t values (1)")
+        .await
+        .unwrap();
+    let mut second = Successor::start(&first);
+    assert!(
+        eventually(TIMEOUT, || first.log_tail().contains("accepts now")),
+        "{}",
+        first.log_tail()
+    );
+    let third = {
+        let started = Instant::now();
+        loop {
+            let mut s = Successor::start(&first);
+            if s.wait_exit(Duration::from_millis(500)).is_none() {
+                break s;
+            }
+            assert!(started.elapsed() < TIMEOUT, "{}", s.log());
+        }
+    };
+    assert!(
+        eventually(TIMEOUT, || second.log().contains("accepts now")),
+        "{}",
+        second.log()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.batch_execute("commit").await.unwrap();
+    assert!(
+        first.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        first.log_tail()
+    );
+    assert!(
+        second.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        second.log()
+    );
+    let r = c.simple_query("select count(*) from chain_t").await;
+    assert!(
+        r.is_ok(),
+        "{r:?}\n-- first --\n{}\n-- second --\n{}\n-- third --\n{}",
+        first.log_tail(),
+        second.log(),
+        third.log()
+    );
+    drop(third);
+}
+
+/// The new process dies during the move: the clients still on the old process stay there
+/// and are served, rather than being sent into a channel no one reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_left_stay_when_the_new_process_dies() {
+    let pg = PgServer::start();
+    let mut old = transaction_pooler(&pg);
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    c.batch_execute("begin").await.unwrap();
+    let new = Successor::start(&old);
+    assert!(
+        eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
+        "{}",
+        old.log_tail()
+    );
+    drop(new);
+    assert!(
+        eventually(TIMEOUT, || old
+            .log_tail()
+            .contains("the new process is gone")),
+        "{}",
+        old.log_tail()
+    );
+    c.batch_execute("commit").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(q1(&c, "select 1").await, "1", "{}", old.log_tail());
+    assert!(old.is_running());
 }

@@ -53,6 +53,15 @@ pub struct Moved {
     scram_keys: Option<([u8; 32], [u8; 32])>,
     #[serde(default)]
     scram_password: Option<String>,
+    /// The secret the pool logs servers in with, when auth_query learnt it at a login on
+    /// the old process: the new process's pool has none until a client logs in there.
+    #[serde(default)]
+    pool_secret: Option<String>,
+    /// read_write_split: the client wrote, and its reads wait for the standbys to replay
+    /// the write (the old process's record of it means nothing to the new one, which waits
+    /// for a position taken after the move instead, later than the write).
+    #[serde(default)]
+    wrote: bool,
     /// How long it has been idle (client_idle_timeout keeps counting).
     idle_ms: u64,
     /// Session mode: the server that moves with it.
@@ -84,8 +93,7 @@ impl Session {
             && self.ties & (PINNED | LISTENING | LOST) == 0
             && !self.stream.is_tls()
             && self.extras.as_ref().is_none_or(|x| {
-                x.pending_write.is_none()
-                    && x.requested.is_none()
+                x.requested.is_none()
                     && x.touched_names.is_empty()
                     && x.prepared
                         .as_ref()
@@ -183,6 +191,17 @@ pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Se
             .unwrap_or_default(),
         scram_keys,
         scram_password,
+        pool_secret: session
+            .pool
+            .settings()
+            .target
+            .secret
+            .as_ref()
+            .map(|s| match s {
+                weir_auth::Secret::Plain(p) | weir_auth::Secret::Md5(p) => p.clone(),
+                weir_auth::Secret::Scram(v) => v.to_string(),
+            }),
+        wrote: extras.is_some_and(|x| x.pending_write.is_some()),
         idle_ms: session.idle_since.elapsed().as_millis() as u64,
         server: extras
             .and_then(|x| x.handoff.as_ref())
@@ -336,6 +355,11 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
     if let Some(keys) = &scram_keys {
         pool.remember_scram(keys);
     }
+    if let Some(secret) = &moved.pool_secret {
+        if pool.settings().target.secret.is_none() {
+            pool.learn_secret(&weir_auth::Secret::parse(secret));
+        }
+    }
     let gucs = |g: Option<Vec<(String, String)>>| {
         g.map(|g| {
             let mut out = crate::gucs::Gucs::default();
@@ -362,18 +386,31 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
     }
     pool.clients.fetch_add(1, Ordering::Relaxed);
     let no_entry = weir_config::Database::default();
-    let mode = snap.pool_mode(
-        snap.resolve_database(&moved.database)
-            .map_or(&no_entry, |d| d.0),
-        &pool.user,
-    );
+    // A client that comes with its server stays in session mode whatever the new
+    // configuration says (as a reload leaves a logged-in client's mode): its server holds
+    // its session, which must not go back to a pool.
+    let mode = if moved.server.is_some() {
+        PoolMode::Session
+    } else {
+        snap.pool_mode(
+            snap.resolve_database(&moved.database)
+                .map_or(&no_entry, |d| d.0),
+            &pool.user,
+        )
+    };
     let general = &snap.config.general;
+    let pending_write = if moved.wrote {
+        pool.settings().split.as_ref().map(|e| e.lsn.wrote())
+    } else {
+        None
+    };
     let extras = Extras {
         scram_keys,
         prepared,
         gucs: gucs(moved.gucs),
         startup_gucs: gucs(moved.startup_gucs),
         unnamed_params: moved.unnamed_params,
+        pending_write,
         ..Extras::default()
     };
     let timeouts = Timeouts::from_config(general, snap.config.users.get(&moved.user));

@@ -15,9 +15,10 @@
 //!
 //! What does not move, and finishes on the old process (which exits when the last such
 //! client has gone, or at `shutdown_drain_timeout` when that is set, as a safe shutdown
-//! does): clients over TLS (rustls' session state cannot be carried), clients in session
-//! mode and clients pinned to their server (a server connection is not moved), clients
-//! that LISTEN, and admin console sessions. The old process's servers are closed when it
+//! does): clients over TLS (rustls' session state cannot be carried), session-mode
+//! clients whose server is over TLS (a session-mode client otherwise moves with its
+//! server, between two transactions), clients pinned to their server in the pooled modes,
+//! clients that LISTEN, and admin console sessions. The old process's servers are closed when it
 //! exits; the new one opens its own, so PostgreSQL sees up to both pools' servers for the
 //! length of the overlap.
 
@@ -28,7 +29,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -64,6 +65,32 @@ struct Parcel {
     text: Vec<u8>,
     /// The client's socket, and its server's when one moves with it.
     fds: Vec<OwnedFd>,
+    _in_flight: InFlight,
+}
+
+/// Clients written out but not yet sent: no longer counted among the old process's
+/// clients (their sessions are gone), yet it must not exit before they are on the
+/// channel, or they would be closed with it.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+struct InFlight;
+
+impl InFlight {
+    fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Clients on their way to the new process (see IN_FLIGHT).
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::SeqCst)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -325,13 +352,20 @@ pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
     let Some(tx) = lock(&OUTBOX).clone() else {
         return Err(session);
     };
+    // Counted before the session (and its place in the client count) goes.
+    let in_flight = InFlight::new();
     // A movable session that cannot be written out would be asked again at once: the
     // move stops instead, and the clients left finish here.
     let (text, fds) = crate::client::moved::pack(session).inspect_err(|_| {
         tracing::error!("online restart: a client could not be moved; the rest stay here");
         abort();
     })?;
-    if tx.send(Parcel { text, fds }).is_err() {
+    let parcel = Parcel {
+        text,
+        fds,
+        _in_flight: in_flight,
+    };
+    if tx.send(parcel).is_err() {
         tracing::error!("online restart: a client was lost on its way to the new process");
         abort();
     }
@@ -364,7 +398,17 @@ fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
             Ok(Some(_)) => {
                 tracing::warn!("online restart: unexpected message from the new process")
             }
-            Ok(None) | Err(_) => return,
+            // The new process is gone: a client sent now would be lost with the channel;
+            // those left stay here.
+            Ok(None) | Err(_) => {
+                if moving() {
+                    tracing::error!(
+                        "online restart: the new process is gone; the clients left stay here"
+                    );
+                    abort();
+                }
+                return;
+            }
         }
     }
 }
@@ -496,6 +540,12 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
             lock(&TO_PREDECESSOR).take();
             tracing::info!("online restart complete: the previous process has exited ({moved} clients taken over)");
         });
+}
+
+/// The previous process still runs (and may still send clients here): this process must
+/// not exit before it, or the clients on their way here would be lost.
+pub fn predecessor_running() -> bool {
+    lock(&TO_PREDECESSOR).is_some()
 }
 
 /// A cancel request for a key this process does not know goes to the previous process
