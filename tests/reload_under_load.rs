@@ -196,13 +196,14 @@ fn pool_servers(c: &mut RawConn) -> i64 {
         .sum()
 }
 
-/// Reloads `config` (by `trigger`) and waits until SHOW DATABASES has the pool size
-/// and host of the last config.
+/// Reloads `config` (by `trigger`) and waits until SHOW DATABASES has its host and
+/// pool size for database `postgres`, and database `second`.
 fn reload_and_wait(
     weir: &Weir,
     c: &mut RawConn,
     config: &WeirBuilder,
     trigger: Trigger,
+    host: &str,
     size: u32,
 ) {
     let console = match trigger {
@@ -214,7 +215,7 @@ fn reload_and_wait(
     let applied = eventually(TIMEOUT, || {
         let dbs = console::ok(c, "SHOW DATABASES");
         dbs.find("name", "second").len() == 1
-            && dbs.get("name", "postgres", "host") == "localhost"
+            && dbs.get("name", "postgres", "host") == host
             && dbs.get("name", "postgres", "pool_size") == size.to_string()
     });
     assert!(
@@ -234,21 +235,39 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
     let last = last_config(pg, mode);
     let wide = last.clone().set("default_pool_size", 10);
 
+    let warm = || {
+        pgbench_via(
+            weir,
+            "postgres",
+            "postgres",
+            &["-n", "-S", "-c", "10", "-j", "2", "-T", "1"],
+        )
+        .assert_clean()
+    };
+    // The host change: servers opened for 127.0.0.1 are replaced by ones for localhost.
+    let old_host = wide.clone().database("postgres", &connstr(pg, "127.0.0.1"));
+    reload_and_wait(weir, &mut c, &old_host, trigger, "127.0.0.1", 10);
+    warm();
+    reload_and_wait(weir, &mut c, &wide, trigger, "localhost", 10);
+    warm();
+    let servers = console::ok(&mut c, "SHOW SERVERS");
+    let hosts: Vec<_> = servers
+        .find("database", "postgres")
+        .iter()
+        .map(|r| r[servers.col("addr")].clone().unwrap_or_default())
+        .collect();
+    assert!(
+        !hosts.is_empty() && hosts.iter().all(|h| h == "localhost"),
+        "servers after the host changed to localhost: {hosts:?}"
+    );
+
     // An idle pool shrinks at the reload.
-    reload_and_wait(weir, &mut c, &wide, trigger, 10);
-    pgbench_via(
-        weir,
-        "postgres",
-        "postgres",
-        &["-n", "-S", "-c", "10", "-j", "2", "-T", "1"],
-    )
-    .assert_clean();
     let before = pool_servers(&mut c);
     assert!(
         before > 3,
         "a pool of 10 under 10 clients opened only {before} servers"
     );
-    reload_and_wait(weir, &mut c, &last, trigger, 3);
+    reload_and_wait(weir, &mut c, &last, trigger, "localhost", 3);
     assert!(
         eventually(Duration::from_secs(3), || pool_servers(&mut c) <= 3),
         "SHOW POOLS still lists {} idle servers 3 s after the pool size went from 10 to 3 \
@@ -258,33 +277,14 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
     );
 
     // A busy one too.
-    reload_and_wait(weir, &mut c, &wide, trigger, 10);
+    reload_and_wait(weir, &mut c, &wide, trigger, "localhost", 10);
     // Twice as many clients as servers, so that some always wait. In session mode a
     // new connection per transaction: a persistent client would keep its server.
-    let port = weir.port().to_string();
-    let mut args = vec![
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-U",
-        "postgres",
-        "-n",
-        "-S",
-        "-c",
-        "20",
-        "-j",
-        "2",
-        "-T",
-        "8",
-    ];
+    let mut args = vec!["-n", "-S", "-c", "20", "-j", "2", "-T", "8"];
     if mode == "session" {
         args.push("-C");
     }
-    args.push("postgres");
-    let args: Vec<String> = args.into_iter().map(String::from).collect();
-    let load =
-        std::thread::spawn(move || pgbench(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let load = pgbench_in_thread(weir, &args);
     assert!(
         eventually(TIMEOUT, || pool_servers(&mut c) > 3),
         "a pool of 10 under 20 clients never had more than 3 servers: {:#?}",
@@ -292,7 +292,7 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
     );
     let before = pool_servers(&mut c);
 
-    reload_and_wait(weir, &mut c, &last, trigger, 3);
+    reload_and_wait(weir, &mut c, &last, trigger, "localhost", 3);
     let config = console::ok(&mut c, "SHOW CONFIG");
     assert_eq!(config.get("key", "max_client_conn", "value"), "333");
     assert_eq!(config.get("key", "query_wait_timeout", "value"), "44");
@@ -324,6 +324,18 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
         max <= 3,
         "PostgreSQL saw {max} servers from Weir after the pool size went to 3"
     );
+}
+
+/// pgbench through Weir (as postgres, database postgres) in a thread of its own.
+fn pgbench_in_thread(weir: &Weir, args: &[&str]) -> JoinHandle<PgbenchResult> {
+    let port = weir.port().to_string();
+    let mut all: Vec<String> = ["-h", "127.0.0.1", "-p", &port, "-U", "postgres"]
+        .iter()
+        .chain(args)
+        .map(|a| a.to_string())
+        .collect();
+    all.push("postgres".into());
+    std::thread::spawn(move || pgbench(&all.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
 /// Starts PostgreSQL with pgbench tables.
@@ -383,13 +395,26 @@ fn session_mode_pool_shrinks_below_clients_and_grows_back() {
         .iter()
         .map(|n| b.clone().set("default_pool_size", n))
         .collect();
+    let load = pgbench_in_thread(&weir, &["-n", "-S", "-c", "8", "-j", "2", "-T", "6"]);
     let storm = Storm::start(&weir, configs, Trigger::Sighup);
-    let r = pgbench_via(
-        &weir,
-        "postgres",
-        "postgres",
-        &["-n", "-S", "-c", "8", "-j", "2", "-T", "6"],
+    // Once the pool has grown, the clients that waited have a server each, and keep it
+    // through the shrinks.
+    let mut c = admin(weir.port());
+    let all_served = eventually(Duration::from_secs(4), || {
+        let pools = console::ok(&mut c, "SHOW POOLS");
+        // No row until the first client has logged in.
+        !pools.find("database", "postgres").is_empty()
+            && pools.num("database", "postgres", "sv_active") == 8
+            && pools.num("database", "postgres", "cl_waiting") == 0
+    });
+    let still_loaded = !load.is_finished();
+    assert!(
+        all_served,
+        "the 8 clients never had a server each: {:#?}",
+        console::ok(&mut c, "SHOW POOLS")
     );
+    assert!(still_loaded, "pgbench ended before the check");
+    let r = load.join().expect("pgbench thread panicked");
     let reloads = storm.stop();
     assert_clean_run(&r, &weir, reloads);
     assert_last_config_in_force(&pg, &weir, "session", Trigger::Sighup);
