@@ -310,7 +310,16 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
         still_loaded,
         "pgbench ended before the pool shrank: the check proves nothing"
     );
-    let sampler = BackendSampler::start(pg, "datname = 'postgres'");
+    // The closed servers' backends take a moment to exit.
+    let from_weir = "datname = 'postgres'";
+    assert!(
+        eventually(Duration::from_secs(3), || pg
+            .count_backends_where(from_weir)
+            <= 3),
+        "PostgreSQL still has {} backends from Weir for a pool of 3",
+        pg.count_backends_where(from_weir)
+    );
+    let sampler = BackendSampler::start(pg, from_weir);
     std::thread::sleep(Duration::from_secs(1));
     let (max, samples) = sampler.stop();
     let still_loaded = !load.is_finished();
