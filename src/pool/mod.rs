@@ -150,20 +150,33 @@ impl Pool {
     }
 
     /// Applies reloaded settings: new connections use them, idle servers opened under a
-    /// different target are closed, and waiters get slots at once if the pool grew.
+    /// different target are closed, so are idle ones over a smaller size (the lent ones
+    /// as they come back, see `checkin`), and waiters get slots at once if the pool grew.
     pub fn update_settings(&self, settings: PoolSettings) {
         let generation = settings.target.generation;
+        let cap = settings.pool_size + settings.reserve_pool_size;
         self.settings.store(Arc::new(settings));
-        let stale: Vec<Conn> = {
+        let (stale, extra): (Vec<Conn>, Vec<Conn>) = {
             let mut st = self.lock();
             let (keep, stale): (VecDeque<_>, VecDeque<_>) =
                 st.idle.drain(..).partition(|s| s.generation == generation);
             st.idle = keep;
             st.total -= stale.len();
-            stale.into()
+            let mut extra = Vec::new();
+            while st.total > cap {
+                // Longest idle first, as PgBouncer's janitor does.
+                let Some(c) = st.idle.pop_front() else { break };
+                st.total -= 1;
+                extra.push(c);
+            }
+            (stale.into(), extra)
         };
         for s in stale {
             crate::conn_log::server_closing(&s.info.0, "database configuration changed");
+            self.closed_idle(*s);
+        }
+        for s in extra {
+            crate::conn_log::server_closing(&s.info.0, "too many servers in the pool");
             self.closed_idle(*s);
         }
         self.grant_free_slots();
@@ -520,11 +533,15 @@ impl Pool {
         let make_room = settings.limits.others_waiting(self);
         let now = Instant::now();
         let mut st = self.lock();
+        // Over the size only after a reload made the pool smaller: such a server is closed
+        // even when clients wait, or a busy pool would never shrink (they wait for the
+        // next one, as the pool is still at its size).
         let oversize = st.total > settings.pool_size + settings.reserve_pool_size;
         if conn.generation != settings.target.generation
             || (!settings.server_lifetime.is_zero()
                 && now.saturating_duration_since(conn.created) >= settings.server_lifetime)
-            || ((oversize || make_room) && st.waiters.is_empty())
+            || oversize
+            || (make_room && st.waiters.is_empty())
         {
             st.total -= 1;
             drop(st);
