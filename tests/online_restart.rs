@@ -420,7 +420,17 @@ fn a_tls_client_finishes_on_the_old_process() {
     let script = "set application_name = 'tls_kept';\nselect 'before';\n\\! sleep 4\nselect 'after', current_setting('application_name');\n";
     let psql = std::thread::spawn(move || {
         let mut cmd = clean_command("psql");
-        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", &conninfo, "-f", "-"]);
+        cmd.args([
+            "-X",
+            "-A",
+            "-t",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            &conninfo,
+            "-f",
+            "-",
+        ]);
         run_with_timeout(&mut cmd, Some(script.as_bytes()), Duration::from_secs(60))
     });
     assert!(
@@ -430,7 +440,11 @@ fn a_tls_client_finishes_on_the_old_process() {
     );
     let new = Successor::start(&old);
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(old.is_running(), "the old process left its TLS client\n{}", old.log_tail());
+    assert!(
+        old.is_running(),
+        "the old process left its TLS client\n{}",
+        old.log_tail()
+    );
     let out = psql.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -444,6 +458,8 @@ fn a_tls_client_finishes_on_the_old_process() {
         old.log_tail()
     );
     drop(new);
+}
+
 /// Many idle clients move at once: the old process must not exit while some of them are
 /// still on their way to the new one (written out, so no longer counted as its clients,
 /// but not yet sent). Every client keeps its connection.
