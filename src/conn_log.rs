@@ -175,7 +175,9 @@ pub fn server_closing(s: &ServerInfo, reason: &str) {
 /// An idle server closed for its age, its idleness or a configuration change (checked in
 /// that order of precedence, as the caller found at least one).
 pub fn server_expired(s: &ServerConn, settings: &PoolSettings) {
-    let reason = if s.generation != settings.target.generation {
+    let reason = if crate::takeover::handed_over() {
+        "taken over by a new process"
+    } else if s.generation != settings.target.generation {
         "database configuration changed"
     } else if !settings.server_lifetime.is_zero() && s.created.elapsed() >= settings.server_lifetime
     {

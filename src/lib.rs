@@ -147,9 +147,11 @@ pub fn run() -> ExitCode {
         tracing::warn!("running as root: consider -u or the user option");
     }
     let pidfile = g.pidfile.clone();
-    if let Some(p) = &pidfile {
-        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
-            tracing::error!("cannot write pidfile {}: {e}", p.display());
+    // After an online restart the pidfile is the running process's until this one is
+    // serving (see `serve`): should this one fail before, the other keeps its file.
+    if let Some(p) = pidfile.as_ref().filter(|_| predecessor.is_none()) {
+        if let Err(e) = write_pidfile(p) {
+            tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     }
@@ -210,6 +212,11 @@ pub fn run() -> ExitCode {
     // still polling its clients while the process exits.
     std::mem::forget(runtime);
     code
+}
+
+fn write_pidfile(p: &std::path::Path) -> Result<(), String> {
+    std::fs::write(p, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("cannot write pidfile {}: {e}", p.display()))
 }
 
 fn unsafe_is_root() -> bool {
@@ -282,6 +289,11 @@ async fn serve(
     );
     if let Some(p) = predecessor {
         takeover::take_over(&app, p);
+        if let Some(p) = &app.snapshot.load().config.general.pidfile {
+            if let Err(e) = write_pidfile(p) {
+                tracing::error!("{e}");
+            }
+        }
         // Under systemd (NotifyAccess=all), this process is the service from now on.
         systemd::notify(&format!("MAINPID={}", std::process::id()));
     }

@@ -439,7 +439,13 @@ fn a_tls_client_finishes_on_the_old_process() {
         old.log_tail()
     );
     let new = Successor::start(&old);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Its idle servers close (the new process opens its own), while its client stays.
+    assert!(
+        eventually(Duration::from_secs(3), || pg.count_backends("postgres")
+            == 0),
+        "the old process kept its idle servers\n{}",
+        old.log_tail()
+    );
     assert!(
         old.is_running(),
         "the old process left its TLS client\n{}",

@@ -29,6 +29,10 @@ impl Pool {
     /// the ones min_pool_size keeps.
     fn expire_idle(&self) {
         let settings = self.settings();
+        // After an online restart the new process serves: the clients still here only
+        // finish, and the servers they leave idle would count against max_connections
+        // beside the new process's.
+        let handed_over = crate::takeover::handed_over();
         let mut closing = Vec::new();
         {
             let mut st = self.lock();
@@ -41,7 +45,7 @@ impl Pool {
                     && s.idle_since.elapsed() >= settings.server_idle_timeout
                     && st.total > settings.min_pool_size;
                 let stale = s.generation != settings.target.generation;
-                if too_old || too_idle || stale {
+                if too_old || too_idle || stale || handed_over {
                     if let Some(s) = st.idle.remove(i) {
                         st.total -= 1;
                         closing.push(s);
@@ -61,7 +65,7 @@ impl Pool {
     /// and max_user_connections through the slot) are open, one at a time; not while
     /// paused or suspended, as PgBouncer.
     async fn fill_to_minimum(self: &Arc<Self>) {
-        if super::gates::gates_closed() {
+        if super::gates::gates_closed() || crate::takeover::handed_over() {
             return;
         }
         let settings = self.settings();
