@@ -306,60 +306,64 @@ async fn serve(
         });
     }
     systemd::notify("READY=1");
-    let graceful = loop {
-        tokio::select! {
-            () = takeover::taken_over() => {
-                tracing::info!("taken over by a new process: exiting once the clients left here have gone");
-                break true;
-            }
-            _ = hup.recv() => {
-                sinks.reopen();
-                let _ = admin::reload_config(&app);
-            }
-            mode = admin::shutdown_requested() => match mode {
-                // SHUTDOWN: exit now, as SIGQUIT.
-                admin::control::ShutdownMode::Immediate => break false,
-                // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
-                // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
-                _ => break true,
-            },
-            _ = int.recv() => {
-                tracing::info!("got SIGINT, shutting down when transactions finish");
-                safe_shutdown(&app);
-                break true;
-            }
-            _ = term.recv() => {
-                let how = app.snapshot.load().config.general.shutdown_on_sigterm;
-                match how {
-                    SigtermShutdown::Immediate => {
-                        tracing::info!("got SIGTERM, fast exit");
-                        break false;
-                    }
-                    SigtermShutdown::WaitForServers => {
-                        tracing::info!("got SIGTERM, draining: shutting down when transactions finish");
-                        safe_shutdown(&app);
-                    }
-                    SigtermShutdown::WaitForClients => {
-                        tracing::info!("got SIGTERM, shutting down when the clients have left");
-                        let _ = admin::control::shutdown(&app, "WAIT_FOR_CLIENTS");
-                    }
+    loop {
+        let graceful = loop {
+            tokio::select! {
+                () = takeover::taken_over() => {
+                    tracing::info!("taken over by a new process: exiting once the clients left here have gone");
+                    break true;
                 }
-                break true;
+                _ = hup.recv() => {
+                    sinks.reopen();
+                    let _ = admin::reload_config(&app);
+                }
+                mode = admin::shutdown_requested() => match mode {
+                    // SHUTDOWN: exit now, as SIGQUIT.
+                    admin::control::ShutdownMode::Immediate => break false,
+                    // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
+                    // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
+                    _ => break true,
+                },
+                _ = int.recv() => {
+                    tracing::info!("got SIGINT, shutting down when transactions finish");
+                    safe_shutdown(&app);
+                    break true;
+                }
+                _ = term.recv() => {
+                    let how = app.snapshot.load().config.general.shutdown_on_sigterm;
+                    match how {
+                        SigtermShutdown::Immediate => {
+                            tracing::info!("got SIGTERM, fast exit");
+                            break false;
+                        }
+                        SigtermShutdown::WaitForServers => {
+                            tracing::info!("got SIGTERM, draining: shutting down when transactions finish");
+                            safe_shutdown(&app);
+                        }
+                        SigtermShutdown::WaitForClients => {
+                            tracing::info!("got SIGTERM, shutting down when the clients have left");
+                            let _ = admin::control::shutdown(&app, "WAIT_FOR_CLIENTS");
+                        }
+                    }
+                    break true;
+                }
+                _ = quit.recv() => {
+                    tracing::info!("got SIGQUIT, fast exit");
+                    break false;
+                }
             }
-            _ = quit.recv() => {
-                tracing::info!("got SIGQUIT, fast exit");
-                break false;
-            }
+        };
+        // After an online restart the service goes on in the new process.
+        if !takeover::handed_over() {
+            systemd::notify("STOPPING=1");
         }
-    };
-    // After an online restart the service goes on in the new process.
-    if !takeover::handed_over() {
-        systemd::notify("STOPPING=1");
+        if !graceful {
+            return ExitCode::SUCCESS;
+        }
+        if let Some(code) = drain(&app, &mut term, &mut quit).await {
+            return code;
+        }
     }
-    if !graceful {
-        return ExitCode::SUCCESS;
-    }
-    drain(&app, &mut term, &mut quit).await
 }
 
 /// SIGINT's safe shutdown (also SIGTERM's with `shutdown_on_sigterm = wait_for_servers`):
@@ -372,12 +376,13 @@ fn safe_shutdown(app: &App) {
 
 /// Waits for the clients to leave, for at most `shutdown_drain_timeout` (read now: a
 /// reload may have changed it); then the rest are told "pooler is shutting down" and
-/// closed. A SIGTERM or SIGQUIT meanwhile exits at once, as in PgBouncer 1.23+.
+/// closed. A SIGTERM or SIGQUIT meanwhile exits at once, as in PgBouncer 1.23+. None
+/// when the process serves again instead (the new process of an online restart died).
 async fn drain(
     app: &App,
     term: &mut tokio::signal::unix::Signal,
     quit: &mut tokio::signal::unix::Signal,
-) -> ExitCode {
+) -> Option<ExitCode> {
     let limit = app.snapshot.load().config.general.shutdown_drain_timeout;
     let deadline = (!limit.is_zero()).then(|| std::time::Instant::now() + limit);
     // When the stragglers were told to go. A client's goodbye is bounded (see
@@ -407,22 +412,23 @@ async fn drain(
             }
             (_, Some(k)) if now.duration_since(k) >= GOODBYE_GRACE => {
                 tracing::warn!("{n} clients did not leave after being closed; exiting");
-                return ExitCode::SUCCESS;
+                return Some(ExitCode::SUCCESS);
             }
             _ => {}
         }
         tokio::select! {
             _ = crate::timers::sleep(Duration::from_millis(50)) => {}
+            () = takeover::resumed() => return None,
             _ = term.recv() => {
                 tracing::info!("got SIGTERM during shutdown, fast exit");
-                return ExitCode::SUCCESS;
+                return Some(ExitCode::SUCCESS);
             }
             _ = quit.recv() => {
                 tracing::info!("got SIGQUIT during shutdown, fast exit");
-                return ExitCode::SUCCESS;
+                return Some(ExitCode::SUCCESS);
             }
         }
     }
     tracing::info!("shutdown complete");
-    ExitCode::SUCCESS
+    Some(ExitCode::SUCCESS)
 }

@@ -37,7 +37,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix(_, Some(path)) = self {
             // After an online restart the socket (and its file) is the new process's.
-            if !crate::takeover::handed_over() {
+            if !crate::takeover::keeps_socket_files() {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -45,9 +45,28 @@ impl Drop for Listener {
 }
 
 /// Cancelled when the listeners are to stop accepting without a shutdown: an online
-/// restart, where the new process accepts on the same sockets.
-pub static STOP_ACCEPTING: std::sync::LazyLock<tokio_util::sync::CancellationToken> =
-    std::sync::LazyLock::new(tokio_util::sync::CancellationToken::new);
+/// restart, where the new process accepts on the same sockets. Replaced by a fresh one
+/// when this process accepts again (the new process died).
+static STOP_ACCEPTING: std::sync::Mutex<Option<tokio_util::sync::CancellationToken>> =
+    std::sync::Mutex::new(None);
+
+fn stop_slot() -> std::sync::MutexGuard<'static, Option<tokio_util::sync::CancellationToken>> {
+    STOP_ACCEPTING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an accept loop watches to stop (taken when it starts).
+pub fn stop_token() -> tokio_util::sync::CancellationToken {
+    stop_slot().get_or_insert_with(Default::default).clone()
+}
+
+pub fn stop_accepting() {
+    stop_token().cancel();
+}
+
+/// Accept loops started from now on run until the next `stop_accepting`.
+pub fn resume_accepting() {
+    *stop_slot() = Some(Default::default());
+}
 
 /// A socket bound but not yet listening.
 struct Bound {
@@ -278,6 +297,7 @@ pub fn from_systemd(workers: usize) -> Result<Option<Vec<Vec<StdListener>>>, Str
 pub async fn run(app: Arc<App>, listener: Listener) {
     // A socket bound to one address has that address as every connection's local end, so
     // only a wildcard bind needs getsockname per connection.
+    let stop = stop_token();
     let bound_to = match &listener {
         Listener::Tcp(l) => l
             .local_addr()
@@ -291,7 +311,7 @@ pub async fn run(app: Arc<App>, listener: Listener) {
         let accepted = tokio::select! {
             biased;
             _ = app.shutdown.cancelled() => return,
-            _ = STOP_ACCEPTING.cancelled() => return,
+            _ = stop.cancelled() => return,
             r = accept(&listener, &tcp) => r,
         };
         match accepted {

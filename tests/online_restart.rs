@@ -718,4 +718,27 @@ async fn clients_left_stay_when_the_new_process_dies() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(q1(&c, "select 1").await, "1", "{}", old.log_tail());
     assert!(old.is_running());
+    // It accepts again, over TCP and its Unix socket, and can be taken over again.
+    let fresh = connect(old.port(), "postgres", "postgres")
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the old process does not accept again: {e}\n{}",
+                old.log_tail()
+            )
+        });
+    assert_eq!(q1(&fresh, "select 2").await, "2");
+    let mut over_unix = pg_config(old.port(), "postgres", "postgres");
+    over_unix.host_path(old.dir());
+    let u = connect_with(&over_unix).await.unwrap();
+    assert_eq!(q1(&u, "select 3").await, "3");
+    let again = Successor::start(&old);
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "the second restart did not take over\n{}\n{}",
+        old.log_tail(),
+        again.log()
+    );
+    assert_eq!(q1(&c, "select 4").await, "4");
+    assert_eq!(q1(&fresh, "select 5").await, "5");
 }

@@ -111,6 +111,7 @@ pub fn start(app: &Arc<App>, listener: std::net::TcpListener) -> Result<(), Stri
     if let Ok(a) = listener.local_addr() {
         tracing::info!("HTTP metrics and dashboard on http://{a}/");
     }
+    let _ = STATE.set(state.clone());
     tokio::spawn(sample(state.clone()));
     tokio::spawn(accept(state, listener));
     Ok(())
@@ -129,7 +130,24 @@ async fn sample(state: Arc<State>) {
     }
 }
 
+/// The endpoint's state, for serving it again on the same socket (`resume`).
+static STATE: std::sync::OnceLock<Arc<State>> = std::sync::OnceLock::new();
+
+/// Serves the endpoint again on `listener` (an online restart whose new process died).
+pub fn resume(listener: std::net::TcpListener) {
+    let Some(state) = STATE.get().cloned() else {
+        return;
+    };
+    crate::workers::spawn_background(async move {
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => accept(state, l).await,
+            Err(e) => tracing::error!("cannot serve http_listen again: {e}"),
+        }
+    });
+}
+
 async fn accept(state: Arc<State>, listener: tokio::net::TcpListener) {
+    let stop = crate::listener::stop_token();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -137,7 +155,7 @@ async fn accept(state: Arc<State>, listener: tokio::net::TcpListener) {
         };
         // An online restart gives the socket to the new process.
         let accepted = tokio::select! {
-            _ = crate::listener::STOP_ACCEPTING.cancelled() => return,
+            _ = stop.cancelled() => return,
             r = listener.accept() => r,
         };
         let (stream, _) = match accepted {

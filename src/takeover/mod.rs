@@ -18,9 +18,9 @@
 //! does): clients over TLS (rustls' session state cannot be carried), session-mode
 //! clients whose server is over TLS (a session-mode client otherwise moves with its
 //! server, between two transactions), clients pinned to their server in the pooled modes,
-//! clients that LISTEN, and admin console sessions. The old process's servers are closed when it
-//! exits; the new one opens its own, so PostgreSQL sees up to both pools' servers for the
-//! length of the overlap.
+//! clients that LISTEN, and admin console sessions. Once taken over, the old process
+//! closes its servers as they go idle; the new one opens its own. If the new process dies
+//! after taking over, the old one accepts again on the sockets it had offered (`resume`).
 
 mod wire;
 
@@ -58,6 +58,22 @@ static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 static OUTBOX: Mutex<Option<mpsc::Sender<Parcel>>> = Mutex::new(None);
 /// The new process: cancel keys for the old one.
 static TO_PREDECESSOR: Mutex<Option<mpsc::Sender<BackendKey>>> = Mutex::new(None);
+/// The new process went away after taking over: this one accepts again (`resume`).
+static SUCCESSOR_LOST: AtomicBool = AtomicBool::new(false);
+/// The old process's main loop, winding down, waits on this to carry on instead.
+static RESUMED: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
+
+/// Resolves when a new process that had taken over is gone and this one serves again.
+pub async fn resumed() {
+    RESUMED.notified().await;
+}
+
+/// Files of the listening sockets are kept at exit: a new process has them now, or a
+/// previous one still serves on them.
+pub fn keeps_socket_files() -> bool {
+    handed_over() || predecessor_running()
+}
+
 /// The old process's main loop waits on this to start winding down.
 static TAKEN_OVER: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
 
@@ -225,7 +241,14 @@ pub fn offer(app: Arc<App>, offer: Offer) {
                     continue;
                 };
                 match hand_over(&app, &offer, conn) {
-                    Ok(()) => return,
+                    Ok(true) => return,
+                    Ok(false) => {
+                        resume(&app, &offer);
+                        // Reachable again for the next attempt (the control file may
+                        // be the dead process's).
+                        self::offer(app.clone(), offer);
+                        return;
+                    }
                     Err(e) => {
                         tracing::warn!("online restart refused: {e}");
                         let mut offered = lock(&OFFERED);
@@ -259,8 +282,9 @@ fn invalid(what: &str) -> io::Error {
 }
 
 /// The old process's side: gives the sockets, waits for the successor to accept on them,
-/// then sends it every client as it becomes idle. Err while nothing has changed here.
-fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<()> {
+/// then sends it every client as it becomes idle. Err while nothing has changed here;
+/// Ok(false) when the successor went away after taking over.
+fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool> {
     let peer = wire::peer_uid(&conn)?;
     if peer != uid() && peer != 0 {
         return Err(invalid(&format!("a process of uid {peer} asked")));
@@ -291,11 +315,12 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<()> 
     }
     conn.set_read_timeout(None)?;
     let reader = conn.try_clone()?;
+    SUCCESSOR_LOST.store(false, Ordering::SeqCst);
     HANDED_OVER.store(true, Ordering::SeqCst);
     let (tx, rx) = mpsc::channel();
     *lock(&OUTBOX) = Some(tx);
     MOVING.store(true, Ordering::SeqCst);
-    crate::listener::STOP_ACCEPTING.cancel();
+    crate::listener::stop_accepting();
     TAKEN_OVER.notify_one();
     tracing::info!(
         "online restart: process {} accepts now; idle clients move to it",
@@ -314,15 +339,63 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<()> 
                 if let Err(e) = wire::send(&conn, CLIENT, &p.text, &fds) {
                     tracing::error!("online restart: the new process stopped taking clients: {e}");
                     abort();
-                    return Ok(());
+                    return Ok(false);
                 }
             }
             // A client that was parking as the move began may have landed in the lot
             // after the first sweep.
+            Err(mpsc::RecvTimeoutError::Timeout) if SUCCESSOR_LOST.load(Ordering::SeqCst) => {
+                return Ok(false)
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => sweep(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(mpsc::RecvTimeoutError::Disconnected) if SUCCESSOR_LOST.load(Ordering::SeqCst) => {
+                return Ok(false)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(true),
         }
     }
+}
+
+/// The new process died after taking over: this one accepts again on the sockets it
+/// had offered, and its main loop carries on as before the restart.
+fn resume(app: &Arc<App>, offer: &Offer) {
+    abort();
+    crate::listener::resume_accepting();
+    HANDED_OVER.store(false, Ordering::SeqCst);
+    let workers = crate::workers::count().max(1);
+    for (desc, fd) in &offer.sockets {
+        let fd = match fd.try_clone() {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::error!("online restart: cannot accept again on a socket: {e}");
+                continue;
+            }
+        };
+        let listener = match desc.kind {
+            Kind::Tcp => StdListener::Tcp(std::net::TcpListener::from(fd)),
+            Kind::Unix => StdListener::Unix(
+                std::os::unix::net::UnixListener::from(fd),
+                desc.path.clone(),
+            ),
+            Kind::Http => {
+                crate::metrics_http::resume(std::net::TcpListener::from(fd));
+                continue;
+            }
+        };
+        let app = app.clone();
+        crate::workers::spawn_on(desc.worker % workers, async move {
+            match listener.into_tokio() {
+                Ok(l) => crate::listener::run(app, l).await,
+                Err(e) => tracing::error!("online restart: cannot accept again: {e}"),
+            }
+        });
+    }
+    if let Some(p) = &app.snapshot.load().config.general.pidfile {
+        let _ = std::fs::write(p, format!("{}\n", std::process::id()));
+    }
+    crate::systemd::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    tracing::warn!("online restart: this process accepts again");
+    RESUMED.notify_one();
 }
 
 /// Hands over every parked client.
@@ -401,10 +474,12 @@ fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
             // The new process is gone: a client sent now would be lost with the channel;
             // those left stay here.
             Ok(None) | Err(_) => {
-                if moving() {
+                if handed_over() {
                     tracing::error!(
                         "online restart: the new process is gone; the clients left stay here"
                     );
+                    // Before the channel closes: the sending loop tells the two apart.
+                    SUCCESSOR_LOST.store(true, Ordering::SeqCst);
                     abort();
                 }
                 return;
