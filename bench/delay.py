@@ -264,7 +264,14 @@ def write_pool_svg(path, rows, meta, rtts):
     nrows = len(wls)
     pw, ph = 380, 270
     ml, mr, mt, mb = 62, 14, 34, 40
-    top = 78
+    # A long description goes on two lines, split at the "; " nearest the middle.
+    metas = [meta]
+    if len(meta) > 110 and "; " in meta:
+        cut = min((i for i in range(len(meta)) if meta.startswith("; ", i)),
+                  key=lambda i: abs(i - len(meta) / 2))
+        metas = [meta[:cut + 1], meta[cut + 2:]]
+    ly = 58 + 14 * (len(metas) - 1)  # the legend's line
+    top = ly + 20
     W = max(cols * pw + 20, 760)
     H = top + nrows * ph + 20
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
@@ -272,16 +279,17 @@ def write_pool_svg(path, rows, meta, rtts):
          f'<rect width="{W}" height="{H}" fill="white"/>',
          '<text x="10" y="20" font-size="15" font-weight="bold">pgbench TPS vs pool size, '
          'with a network delay between pooler and PostgreSQL</text>',
-         f'<text x="10" y="38" fill="#555">{_esc(meta)}</text>']
+         ] + [f'<text x="10" y="{38 + 14 * i}" fill="#555">{_esc(m)}</text>'
+              for i, m in enumerate(metas)]
     lx = 10
     for t in ("direct", "pgbouncer", "weir"):
         dash = ' stroke-dasharray="6,4"' if t == "direct" else ""
-        o.append(f'<line x1="{lx}" y1="58" x2="{lx + 22}" y2="58" stroke="{COLORS[t]}" '
-                 f'stroke-width="3"{dash}/><text x="{lx + 28}" y="62">'
+        o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="{COLORS[t]}" '
+                 f'stroke-width="3"{dash}/><text x="{lx + 28}" y="{ly + 4}">'
                  f'{"direct (1 conn/client)" if t == "direct" else t}</text>')
         lx += 170 if t == "direct" else 100
-    o.append(f'<line x1="{lx}" y1="58" x2="{lx + 22}" y2="58" stroke="#2ca02c" '
-             f'stroke-width="1.5" stroke-dasharray="2,3"/><text x="{lx + 28}" y="62">'
+    o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="#2ca02c" '
+             f'stroke-width="1.5" stroke-dasharray="2,3"/><text x="{lx + 28}" y="{ly + 4}">'
              'pool / round trip (no pipelining)</text>')
     wname = {"select": "select-only (-S)", "update": "UPDATE by aid, autocommit",
              "tpcb": "tpcb-like"}
