@@ -1,0 +1,363 @@
+"""bench/run's network-delay mode (--delay, --delay-suite): a delay between the poolers
+(and direct pgbench) and PostgreSQL on loopback, with Toxiproxy's latency toxic.
+
+The kernel here has no netem qdisc, so the delay is added in user space: toxiproxy-server
+(scripts/install-toxiproxy) listens on a free port in front of PostgreSQL and holds every
+chunk for `latency` ms in each direction (toxics on the upstream and the downstream
+stream, jitter 0). The toxic delays each chunk from the moment it was read, not from when
+the one before it left, so back-to-back messages are not serialized behind each other:
+it behaves like a link with a fixed one-way delay. Its latency is an integer number of
+milliseconds (LatencyToxic.Latency is an int64 of ms in v2.5.0, and no finer option
+exists), so 0.25 ms cannot be expressed: parse_delays refuses it rather than round it.
+
+Python 3 standard library only.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROXY_NAME = "postgres"
+# The custom script of single-statement autocommit writes (issue 16): one UPDATE of a
+# random account, no BEGIN/COMMIT. `scale` is set with -D (pgbench's own -s is not
+# consulted for custom scripts).
+UPDATE_SCRIPT = ("\\set aid random(1, 100000 * :scale)\n"
+                 "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n")
+SELECT1_SCRIPT = "SELECT 1;\n"
+LATAVG_RE = re.compile(r"latency average = ([0-9.]+) ms")
+
+
+class DelayError(Exception):
+    pass
+
+
+def parse_delays(text):
+    """'0,1' -> [0, 1] (ms each way). Whole milliseconds only: Toxiproxy's latency toxic
+    cannot express less, and a silently rounded 0.25 would measure 0 or 1 ms under the
+    wrong label."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ValueError(f"--delay: {part!r} is not a number of milliseconds") from None
+        if v < 0 or v != int(v):
+            raise ValueError(
+                f"--delay: {part} ms cannot be expressed: Toxiproxy's latency toxic takes "
+                "whole milliseconds (LatencyToxic.Latency is an integer of ms); use 0, 1, 2, ...")
+        if int(v) not in out:
+            out.append(int(v))
+    if not out:
+        raise ValueError("--delay: no delay given")
+    return out
+
+
+def find_toxiproxy():
+    """The toxiproxy-server binary, built by scripts/install-toxiproxy if missing."""
+    r = subprocess.run([str(REPO / "scripts" / "install-toxiproxy")], capture_output=True,
+                       text=True)
+    path = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    if r.returncode != 0 or not os.access(path, os.X_OK):
+        raise DelayError(f"scripts/install-toxiproxy failed:\n{r.stderr[-2000:]}")
+    return path
+
+
+class Toxiproxy:
+    """One toxiproxy-server with one proxy in front of PostgreSQL. The caller starts the
+    process (so that its own cleanup tracks it) with `command()` and then calls `ready()`."""
+
+    def __init__(self, binary, api_port, listen_port, upstream_port):
+        self.binary = binary
+        self.api_port = api_port
+        self.listen_port = listen_port
+        self.upstream_port = upstream_port
+        self.delay_ms = 0
+
+    def command(self):
+        return [self.binary, "-host", "127.0.0.1", "-port", str(self.api_port)]
+
+    @staticmethod
+    def process_env():
+        # Every connection would be logged at info level.
+        return dict(os.environ, LOG_LEVEL="warn")
+
+    def _call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.api_port}{path}", data=data,
+                                     method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                text = resp.read().decode()
+        except urllib.error.HTTPError as e:
+            raise DelayError(f"toxiproxy {method} {path}: HTTP {e.code} "
+                             f"{e.read().decode(errors='replace')[:300]}") from None
+        except OSError as e:
+            raise DelayError(f"toxiproxy {method} {path}: {e}") from None
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:
+            return text.strip()  # /version is plain text in v2.5.0 (JSON in later ones)
+
+    def ready(self, proc, limit=20.0):
+        """Waits for the API, then creates the proxy (listen -> PostgreSQL), no toxics."""
+        deadline = time.monotonic() + limit
+        while True:
+            if proc.poll() is not None:
+                raise DelayError(f"toxiproxy-server exited at startup (rc {proc.returncode})")
+            try:
+                v = self._call("GET", "/version")
+                self.version = v.get("version", v) if isinstance(v, dict) else v
+                break
+            except DelayError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        self._call("POST", "/proxies", {
+            "name": PROXY_NAME, "listen": f"127.0.0.1:{self.listen_port}",
+            "upstream": f"127.0.0.1:{self.upstream_port}", "enabled": True})
+
+    def set_delay(self, ms):
+        """`ms` milliseconds each way (0: no toxic). Toxics apply to open connections too,
+        but bench/run restarts the poolers after a change anyway."""
+        for t in self._call("GET", f"/proxies/{PROXY_NAME}/toxics") or []:
+            self._call("DELETE", f"/proxies/{PROXY_NAME}/toxics/{t['name']}")
+        if ms:
+            for stream in ("upstream", "downstream"):
+                self._call("POST", f"/proxies/{PROXY_NAME}/toxics", {
+                    "name": f"latency_{stream}", "type": "latency", "stream": stream,
+                    "toxicity": 1.0, "attributes": {"latency": int(ms), "jitter": 0}})
+        got = self._call("GET", f"/proxies/{PROXY_NAME}/toxics") or []
+        lat = sorted((t["stream"], t["attributes"]["latency"]) for t in got)
+        want = [("downstream", ms), ("upstream", ms)] if ms else []
+        if lat != want:
+            raise DelayError(f"toxiproxy toxics are {lat}, wanted {want}")
+        self.delay_ms = ms
+
+
+def measure_rtt(pgbench, port, client_env, script, user, db, seconds=3):
+    """Mean `SELECT 1` round trip (ms) of one pgbench client on `port` (a persistent
+    connection, simple protocol): what one request/reply pair costs through that path."""
+    cmd = [pgbench, "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-c", "1", "-j", "1",
+           "-T", str(seconds), "-f", str(script), db]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=client_env,
+                       timeout=seconds + 60)
+    m = LATAVG_RE.search(r.stdout)
+    if r.returncode != 0 or not m:
+        raise DelayError(f"SELECT 1 round-trip check on port {port} failed:\n"
+                         f"{r.stdout[-500:]}\n{r.stderr[-1000:]}")
+    return float(m.group(1))
+
+
+def check_delay(rtt_plain, rtt_proxy0, rtt_delayed, ms):
+    """The line bench/run prints for one delay, and whether the delay is real: a request
+    and its reply each cross the link once, so the round trip should grow by 2 x ms."""
+    added = rtt_delayed - rtt_plain
+    line = (f"delay {ms} ms each way: SELECT 1 round trip {rtt_delayed:.3f} ms through the "
+            f"proxy vs {rtt_plain:.3f} ms without it ({rtt_proxy0:.3f} ms through the proxy "
+            f"with no toxic): {added:.3f} ms added per round trip (expected {2 * ms})")
+    return line, added >= 2 * ms * 0.9
+
+
+# --------------------------------------------------------------------------
+# summary and plot
+
+NAMES = {"direct": "direct", "pgbouncer": "PgBouncer", "weir": "Weir"}
+
+
+def print_delay_summary(rows, base_pool, clients, checks, out):
+    """TPS per workload and delay at the base pool size, then TPS against pool size."""
+    lines = []
+    for c in checks:
+        lines.append(c)
+    wls = sorted({r["workload"] for r in rows}, key=["select", "update", "tpcb"].index)
+    delays = sorted({r["delay_ms"] for r in rows})
+    pools = sorted({r["pool"] for r in rows})
+    by = {(r["workload"], r["delay_ms"], r["pool"], r["target"]): r for r in rows}
+    wname = {"select": "select-only (-S)", "update": "UPDATE by aid (autocommit)",
+             "tpcb": "tpcb-like"}
+
+    def cell(r):
+        if r is None:
+            return f"{'-':>10}"
+        v = f"{r['tps']:,.0f}" if r["tps"] is not None else "-"
+        return f"{v + ('' if r['status'] == 'ok' else '!'):>10}"
+    lines += ["", f"TPS, {clients} clients, pool size {base_pool} (direct: one connection per "
+              f"client, through the same delay)", ""]
+    lines.append(f"{'workload':<28} {'delay':>6} {'direct':>10} {'PgBouncer':>10} {'Weir':>10} "
+                 f"{'W/PgB':>7} {'W/dir':>7}")
+    for wl in wls:
+        for d in delays:
+            cells = [by.get((wl, d, base_pool, t)) for t in ("direct", "pgbouncer", "weir")]
+            w, p, dr = cells[2], cells[1], cells[0]
+            ratio = lambda a, b: (f"{a['tps'] / b['tps']:7.2f}"  # noqa: E731
+                                  if a and b and a["tps"] and b["tps"] else f"{'-':>7}")
+            lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} "
+                         + " ".join(cell(c) for c in cells) + f" {ratio(w, p)} {ratio(w, dr)}")
+    if len(pools) > 1:
+        lines += ["", "TPS against pool size (PgBouncer / Weir)", ""]
+        hdr = f"{'workload':<28} {'delay':>6} " + " ".join(f"{f'pool {p}':>21}" for p in pools)
+        lines.append(hdr)
+        for wl in wls:
+            for d in delays:
+                cols = []
+                for p in pools:
+                    a, b = by.get((wl, d, p, "pgbouncer")), by.get((wl, d, p, "weir"))
+                    cols.append(f"{(cell(a).strip() + ' / ' + cell(b).strip()):>21}")
+                lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} " + " ".join(cols))
+    proxy = [r for r in rows if r.get("proxy_s_per_1k_tx") is not None]
+    if proxy:
+        lines += ["", "toxiproxy CPU s per 1k transactions (median over targets): "
+                  + ", ".join(f"{wl} {d} ms {m:.4f}" for wl in wls for d in delays
+                              if (m := _median([r["proxy_s_per_1k_tx"] for r in proxy
+                                                if r["workload"] == wl
+                                                and r["delay_ms"] == d])) is not None)]
+    text = "\n".join(lines) + "\n"
+    out.write(text)
+    return text
+
+
+def _median(vals):
+    vals = sorted(vals)
+    if not vals:
+        return None
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+
+
+COLORS = {"direct": "#7f7f7f", "pgbouncer": "#1f77b4", "weir": "#e6550d"}
+
+
+def _esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _nice_max(v):
+    e = 10 ** math.floor(math.log10(max(v, 1)))
+    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * e >= v:
+            return m * e
+    return 10 * e
+
+
+def write_pool_svg(path, rows, meta, rtts):
+    """TPS against pool size, one panel per (workload, delay): PgBouncer and Weir as lines,
+    direct (pool size does not apply: one connection per client) as a dashed level, and,
+    where a delay is set, the ceiling of a pooler that waits one round trip per transaction
+    on each server connection: pool x 1000 / (measured SELECT 1 round trip in ms)."""
+    wls = sorted({r["workload"] for r in rows}, key=["select", "update", "tpcb"].index)
+    delays = sorted({r["delay_ms"] for r in rows})
+    panels = [(wl, d) for wl in wls for d in delays]
+    if not panels:
+        return
+    cols = len(delays)
+    nrows = len(wls)
+    pw, ph = 380, 270
+    ml, mr, mt, mb = 62, 14, 34, 40
+    # A long description goes on two lines, split at the "; " nearest the middle.
+    metas = [meta]
+    if len(meta) > 110 and "; " in meta:
+        cut = min((i for i in range(len(meta)) if meta.startswith("; ", i)),
+                  key=lambda i: abs(i - len(meta) / 2))
+        metas = [meta[:cut + 1], meta[cut + 2:]]
+    ly = 58 + 14 * (len(metas) - 1)  # the legend's line
+    top = ly + 20
+    W = max(cols * pw + 20, 760)
+    H = top + nrows * ph + 20
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+         f'viewBox="0 0 {W} {H}" font-family="Helvetica,Arial,sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         '<text x="10" y="20" font-size="15" font-weight="bold">pgbench TPS vs pool size, '
+         'with a network delay between pooler and PostgreSQL</text>',
+         ] + [f'<text x="10" y="{38 + 14 * i}" fill="#555">{_esc(m)}</text>'
+              for i, m in enumerate(metas)]
+    lx = 10
+    for t in ("direct", "pgbouncer", "weir"):
+        dash = ' stroke-dasharray="6,4"' if t == "direct" else ""
+        o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="{COLORS[t]}" '
+                 f'stroke-width="3"{dash}/><text x="{lx + 28}" y="{ly + 4}">'
+                 f'{"direct (1 conn/client)" if t == "direct" else t}</text>')
+        lx += 170 if t == "direct" else 100
+    o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="#2ca02c" '
+             f'stroke-width="1.5" stroke-dasharray="2,3"/><text x="{lx + 28}" y="{ly + 4}">'
+             'pool / round trip (no pipelining)</text>')
+    wname = {"select": "select-only (-S)", "update": "UPDATE by aid, autocommit",
+             "tpcb": "tpcb-like"}
+    for i, (wl, d) in enumerate(panels):
+        gx = 10 + (i % cols) * pw
+        gy = top + (i // cols) * ph
+        px0, py0 = gx + ml, gy + mt
+        pw_in, ph_in = pw - ml - mr, ph - mt - mb
+        o.append(f'<text x="{gx + pw / 2}" y="{gy + 18}" text-anchor="middle" '
+                 f'font-weight="bold">{_esc(f"{wname.get(wl, wl)}, {d} ms each way")}</text>')
+        fr = [r for r in rows if r["workload"] == wl and r["delay_ms"] == d]
+        xs = sorted({r["pool"] for r in fr if r["target"] != "direct"}) or \
+            sorted({r["pool"] for r in fr})
+        direct = [r for r in fr if r["target"] == "direct" and r["tps"] is not None]
+        ymax = _nice_max(max([r["tps"] or 0 for r in fr] + [1]) * 1.05)
+        lo, hi = math.log10(min(xs)), math.log10(max(xs))
+
+        def X(c):
+            if hi == lo:
+                return px0 + pw_in / 2
+            return px0 + 12 + (math.log10(c) - lo) / (hi - lo) * (pw_in - 24)
+
+        def Y(v):
+            return py0 + ph_in - min(v, ymax) / ymax * ph_in
+        o.append(f'<rect x="{px0}" y="{py0}" width="{pw_in}" height="{ph_in}" fill="#fafafa" '
+                 f'stroke="#bbb"/>')
+        for k in range(6):
+            v = ymax * k / 5
+            o.append(f'<line x1="{px0}" y1="{Y(v):.1f}" x2="{px0 + pw_in}" y2="{Y(v):.1f}" '
+                     f'stroke="#e3e3e3"/><text x="{px0 - 5}" y="{Y(v) + 4:.1f}" '
+                     f'text-anchor="end" fill="#444">'
+                     f'{f"{v / 1000:.1f}k" if ymax >= 2000 else f"{v:.0f}"}</text>')
+        for c in xs:
+            o.append(f'<text x="{X(c):.1f}" y="{py0 + ph_in + 15}" text-anchor="middle" '
+                     f'fill="#444">{c}</text>')
+        o.append(f'<text x="{px0 + pw_in / 2}" y="{py0 + ph_in + 31}" text-anchor="middle" '
+                 f'fill="#444">pool size (server connections, log scale)</text>')
+        o.append(f'<text transform="translate({gx + 14},{py0 + ph_in / 2}) rotate(-90)" '
+                 f'text-anchor="middle" fill="#444">TPS</text>')
+        if direct:
+            y = Y(direct[0]["tps"])
+            o.append(f'<line x1="{px0}" y1="{y:.1f}" x2="{px0 + pw_in}" y2="{y:.1f}" '
+                     f'stroke="{COLORS["direct"]}" stroke-width="2" stroke-dasharray="6,4">'
+                     f'<title>direct: {direct[0]["tps"]:.0f} TPS</title></line>')
+        rtt = rtts.get(d)
+        if d and rtt:
+            pts = " ".join(f"{X(c):.1f},{Y(c * 1000 / rtt):.1f}" for c in xs)
+            o.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5" '
+                     f'stroke-dasharray="2,3"><title>pool x 1000 / {rtt:.2f} ms</title>'
+                     '</polyline>')
+        for t in ("pgbouncer", "weir"):
+            pts = sorted(((r["pool"], r["tps"], r["status"]) for r in fr if r["target"] == t),
+                         key=lambda p: p[0])
+            good = [(c, v) for c, v, st in pts if v is not None and st == "ok"]
+            if len(good) > 1:
+                o.append('<polyline points="' + " ".join(f"{X(c):.1f},{Y(v):.1f}"
+                                                         for c, v in good)
+                         + f'" fill="none" stroke="{COLORS[t]}" stroke-width="2.2"/>')
+            for c, v, st in pts:
+                if v is not None and st == "ok":
+                    o.append(f'<circle cx="{X(c):.1f}" cy="{Y(v):.1f}" r="3.5" '
+                             f'fill="{COLORS[t]}"><title>{t} pool {c}: {v:.0f} TPS</title>'
+                             '</circle>')
+                else:
+                    y, x = (Y(v) if v else py0 + ph_in - 6), X(c)
+                    o.append(f'<path d="M{x - 4:.1f},{y - 4:.1f}L{x + 4:.1f},{y + 4:.1f}'
+                             f'M{x - 4:.1f},{y + 4:.1f}L{x + 4:.1f},{y - 4:.1f}" '
+                             f'stroke="{COLORS[t]}" stroke-width="2"><title>{t} pool {c}: '
+                             f'{_esc(st)}</title></path>')
+    o.append("</svg>")
+    Path(path).write_text("\n".join(o) + "\n")
