@@ -287,20 +287,33 @@ impl App {
     }
 
     /// Swaps in a reloaded configuration. Pools keep their servers unless the way to reach
-    /// them changed; pools whose database is gone keep serving their current clients.
+    /// them changed; pools whose database is gone drain: their clients finish the
+    /// transaction in progress and are then closed with "database removed".
     pub fn apply(&self, snap: Snapshot) {
         let pools = self.all_pools();
         for pool in pools {
             let Some((db, server_db)) = snap.resolve_database(&pool.database) else {
-                // Its clients keep their servers, but no more are opened for nobody: the
-                // idle ones go at server_idle_timeout.
+                // Its clients keep their servers to the end of their transaction, but no
+                // more are opened for nobody: the idle ones go at server_idle_timeout.
                 if pool.settings().min_pool_size > 0 {
                     let mut settings = (**pool.settings()).clone();
                     settings.min_pool_size = 0;
                     pool.update_settings(settings);
                 }
+                if !pool.is_removed() {
+                    pool.set_removed(true);
+                    // Idle and parked clients are woken to leave now (PARK rather than
+                    // STOP: STOP stays set, and would spin a client whose database a
+                    // later reload brings back).
+                    for c in crate::registry::clients::CLIENTS.snapshot() {
+                        if *c.database == *pool.database {
+                            c.raise(crate::registry::clients::PARK);
+                        }
+                    }
+                }
                 continue;
             };
+            pool.set_removed(false);
             let old = pool.settings();
             let limits = self.limits(&snap, &pool.database, db, &pool.user);
             let mut settings = pool_settings(

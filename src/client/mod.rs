@@ -595,7 +595,7 @@ impl Session {
             Wake::Park => return Err(None),
             Wake::Terminated => return Err(Some("client close request".into())),
             Wake::Gone => return Err(Some("client unexpected eof".into())),
-            Wake::Shutdown => shutting_down(),
+            Wake::Shutdown => self.leaving(),
             Wake::IdleTimeout => PgError::fatal("57P05", "client_idle_timeout"),
         };
         Err(Some(Box::pin(self.refuse(error)).await))
@@ -670,7 +670,8 @@ impl Session {
                     return None;
                 }
                 self.flush_client().await;
-                Some(Box::pin(self.refuse(shutting_down())).await)
+                let e = self.leaving();
+                Some(Box::pin(self.refuse(e)).await)
             }
             Event::ClientTerminated => {
                 Box::pin(self.finish_server(held)).await;
@@ -855,7 +856,8 @@ impl Session {
                     Wake::Message
                 };
             }
-            if self.shutting_down || SHUTTING_DOWN.load(Ordering::Relaxed) {
+            if self.shutting_down || SHUTTING_DOWN.load(Ordering::Relaxed) || self.pool.is_removed()
+            {
                 self.shutting_down = true;
                 return Wake::Shutdown;
             }
@@ -883,9 +885,11 @@ impl Session {
                         info.take_park();
                         // A listener keeps its task: notifications come to it. So does a
                         // TLS client (park::park).
+                        // A client of a removed database is woken this way to leave.
                         if self.inbuf.is_empty()
                             && self.ties & (LISTENING | LOST) == 0
                             && !self.stream.is_tls()
+                            && !self.pool.is_removed()
                         {
                             return Wake::Park;
                         }
@@ -1142,6 +1146,17 @@ impl Session {
             .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
             .await
             .map_err(|e| e.to_client_error())
+    }
+}
+
+impl Session {
+    /// What a client told to leave at the end of its transaction hears.
+    fn leaving(&self) -> PgError {
+        if self.pool.is_removed() && !SHUTTING_DOWN.load(Ordering::Relaxed) {
+            PgError::fatal("08P01", "database removed")
+        } else {
+            shutting_down()
+        }
     }
 }
 

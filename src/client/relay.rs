@@ -128,7 +128,8 @@ impl Session {
         // `Session::main` at every poll); the relay only reads the flag.
         std::future::poll_fn(|cx| {
             if !self.shutting_down
-                && super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+                && (super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+                    || self.pool.is_removed())
             {
                 self.shutting_down = true;
             }

@@ -112,6 +112,9 @@ pub struct Pool {
     /// This is such a pool of reads. Not listed in SHOW POOLS, whose rows exporters key by
     /// database and user; its servers are in SHOW SERVERS and SHOW HOSTS.
     pub reads: bool,
+    /// A reload removed its database: its clients leave when their transaction ends (in
+    /// session mode, when the one in progress ends), as a safe shutdown would have them.
+    removed: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -137,12 +140,23 @@ impl Pool {
             state: Mutex::new(PoolState::default()),
             reader: arc_swap::ArcSwapOption::empty(),
             reads,
+            removed: std::sync::atomic::AtomicBool::new(false),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);
         }
         janitor::spawn(&pool);
         pool
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A reload removed (or brought back) the pool's database.
+    pub fn set_removed(&self, removed: bool) {
+        self.removed
+            .store(removed, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn settings(&self) -> arc_swap::Guard<Arc<PoolSettings>> {
