@@ -491,7 +491,10 @@ fn removed_database_case(mode: &str) {
         let e = c
             .error_or_eof()
             .expect("a client of a removed database was not told");
-        assert_eq!((e.code.as_str(), e.message.as_str()), ("08P01", "database removed"));
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("08P01", "database removed")
+        );
     }
 }
 
