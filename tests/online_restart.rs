@@ -94,6 +94,26 @@ async fn assert_cancel_works(pg: &PgServer, c: tokio_postgres::Client) {
     assert_eq!(expect_db_error(&r.expect_err("cancelled")).code, "57014");
 }
 
+/// Three seconds into `load`, takes `old` over and waits for it to exit; `load` must
+/// still run then, or its clients were waited for rather than moved.
+async fn restart_under(old: &mut Weir, load: &std::thread::JoinHandle<PgbenchResult>) -> Successor {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new = Successor::start(old);
+    let exited = old.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the old process did not exit cleanly: {exited:?}\n{}\n-- new --\n{}",
+        old.log_tail(),
+        new.log()
+    );
+    assert!(
+        !load.is_finished(),
+        "pgbench ended before the old process exited: its clients were not moved\n{}",
+        old.log_tail()
+    );
+    new
+}
+
 fn pidfile_pid(path: &std::path::Path) -> Option<u32> {
     fs::read_to_string(path)
         .ok()
@@ -134,60 +154,9 @@ async fn restart_under_pgbench_moves_every_client() {
     let row = c.query_one(&stmt, &[&41i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 42);
 
-    let port = old.port();
-    let persistent = std::thread::spawn(move || {
-        let p = port.to_string();
-        pgbench(&[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &p,
-            "-U",
-            "postgres",
-            "-c",
-            "8",
-            "-j",
-            "2",
-            "-T",
-            "12",
-            "-S",
-            "postgres",
-        ])
-    });
-    let reconnecting = std::thread::spawn(move || {
-        let p = port.to_string();
-        pgbench(&[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &p,
-            "-U",
-            "postgres",
-            "-c",
-            "4",
-            "-j",
-            "2",
-            "-T",
-            "12",
-            "-C",
-            "-N",
-            "postgres",
-        ])
-    });
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let new = Successor::start(&old);
-    let exited = old.wait_exit(Duration::from_secs(30));
-    assert!(
-        exited.is_some_and(|s| s.success()),
-        "the old process did not exit cleanly: {exited:?}\n{}\n-- new --\n{}",
-        old.log_tail(),
-        new.log()
-    );
-    assert!(
-        !persistent.is_finished(),
-        "pgbench ended before the old process exited: its clients were not moved\n{}",
-        old.log_tail()
-    );
+    let persistent = pgbench_in_thread(&old, &["-c", "8", "-j", "2", "-T", "12", "-S"]);
+    let reconnecting = pgbench_in_thread(&old, &["-c", "4", "-j", "2", "-T", "12", "-C", "-N"]);
+    let new = restart_under(&mut old, &persistent).await;
     assert_eq!(
         pidfile_pid(&pidfile),
         Some(new.pid()),
@@ -346,41 +315,11 @@ async fn session_mode_clients_move_with_their_servers() {
     let backend = q1(&c, "select pg_backend_pid()").await;
     let stmt = c.prepare("select $1::int * 2").await.unwrap();
 
-    let port = old.port();
-    let persistent = std::thread::spawn(move || {
-        let p = port.to_string();
-        pgbench(&[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &p,
-            "-U",
-            "postgres",
-            "-c",
-            "6",
-            "-j",
-            "2",
-            "-T",
-            "10",
-            "-S",
-            "-M",
-            "prepared",
-            "postgres",
-        ])
-    });
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let new = Successor::start(&old);
-    let exited = old.wait_exit(Duration::from_secs(30));
-    assert!(
-        exited.is_some_and(|s| s.success()),
-        "the old process did not exit: {exited:?}\n{}\n-- new --\n{}",
-        old.log_tail(),
-        new.log()
+    let persistent = pgbench_in_thread(
+        &old,
+        &["-c", "6", "-j", "2", "-T", "10", "-S", "-M", "prepared"],
     );
-    assert!(
-        !persistent.is_finished(),
-        "pgbench ended before the old process exited: its clients were not moved"
-    );
+    let _new = restart_under(&mut old, &persistent).await;
     let persistent = persistent.join().unwrap();
     persistent.assert_clean();
     assert!(

@@ -338,18 +338,6 @@ fn assert_last_config_in_force(pg: &PgServer, weir: &Weir, mode: &str, trigger: 
     );
 }
 
-/// pgbench through Weir (as postgres, database postgres) in a thread of its own.
-fn pgbench_in_thread(weir: &Weir, args: &[&str]) -> JoinHandle<PgbenchResult> {
-    let port = weir.port().to_string();
-    let mut all: Vec<String> = ["-h", "127.0.0.1", "-p", &port, "-U", "postgres"]
-        .iter()
-        .chain(args)
-        .map(|a| a.to_string())
-        .collect();
-    all.push("postgres".into());
-    std::thread::spawn(move || pgbench(&all.iter().map(String::as_str).collect::<Vec<_>>()))
-}
-
 /// Starts PostgreSQL with pgbench tables.
 fn pg_with_tables() -> PgServer {
     let pg = PgServer::start();

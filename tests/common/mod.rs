@@ -478,6 +478,19 @@ pub fn pgbench_via(weir: &Weir, db: &str, user: &str, args: &[&str]) -> PgbenchR
     pgbench(&all)
 }
 
+/// pgbench through `weir` (user and database postgres) in a thread of its own, for a
+/// test that acts while it runs.
+pub fn pgbench_in_thread(weir: &Weir, args: &[&str]) -> std::thread::JoinHandle<PgbenchResult> {
+    let port = weir.port().to_string();
+    let mut all: Vec<String> = ["-h", "127.0.0.1", "-p", &port, "-U", "postgres"]
+        .iter()
+        .chain(args)
+        .map(|a| a.to_string())
+        .collect();
+    all.push("postgres".into());
+    std::thread::spawn(move || pgbench(&all.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
 /// pgbench directly against PostgreSQL.
 pub fn pgbench_direct(pg: &PgServer, db: &str, user: &str, args: &[&str]) -> PgbenchResult {
     let port = pg.port().to_string();
