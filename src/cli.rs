@@ -50,6 +50,21 @@ pub fn check_pidfile(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+pub fn write_pidfile(path: &Path) -> Result<(), String> {
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("cannot write pidfile {}: {e}", path.display()))
+}
+
+/// At exit: removes the pidfile unless it names another process (the one an online
+/// restart handed over to).
+pub fn remove_pidfile_if_ours(path: &Path) {
+    let ours =
+        std::fs::read_to_string(path).is_ok_and(|t| t.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 pub fn daemonize() -> std::io::Result<()> {
     // SAFETY: called before any threads exist (the runtime starts after), so fork is safe.
     match unsafe { libc::fork() } {

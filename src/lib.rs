@@ -150,7 +150,7 @@ pub fn run() -> ExitCode {
     // After an online restart the pidfile is the running process's until this one is
     // serving (see `serve`): should this one fail before, the other keeps its file.
     if let Some(p) = pidfile.as_ref().filter(|_| predecessor.is_none()) {
-        if let Err(e) = write_pidfile(p) {
+        if let Err(e) = cli::write_pidfile(p) {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
@@ -198,12 +198,7 @@ pub fn run() -> ExitCode {
         sinks,
     ));
     if let Some(p) = &pidfile {
-        // After an online restart the file holds the new process's pid.
-        let ours =
-            std::fs::read_to_string(p).is_ok_and(|t| t.trim() == std::process::id().to_string());
-        if ours {
-            let _ = std::fs::remove_file(p);
-        }
+        cli::remove_pidfile_if_ours(p);
     }
     takeover::remove_control_file();
     // Open connections are not worth an orderly teardown once we are exiting, and the main
@@ -212,11 +207,6 @@ pub fn run() -> ExitCode {
     // still polling its clients while the process exits.
     std::mem::forget(runtime);
     code
-}
-
-fn write_pidfile(p: &std::path::Path) -> Result<(), String> {
-    std::fs::write(p, format!("{}\n", std::process::id()))
-        .map_err(|e| format!("cannot write pidfile {}: {e}", p.display()))
 }
 
 fn unsafe_is_root() -> bool {
@@ -290,7 +280,7 @@ async fn serve(
     if let Some(p) = predecessor {
         takeover::take_over(&app, p);
         if let Some(p) = &app.snapshot.load().config.general.pidfile {
-            if let Err(e) = write_pidfile(p) {
+            if let Err(e) = cli::write_pidfile(p) {
                 tracing::error!("{e}");
             }
         }

@@ -681,3 +681,38 @@ async fn clients_left_stay_when_the_new_process_dies() {
     assert_eq!(q1(&c, "select 4").await, "4");
     assert_eq!(q1(&fresh, "select 5").await, "5");
 }
+
+/// A cancel request for a client still on the old process (its query runs there) reaches
+/// the new process, which now holds the port, and is passed back to the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_for_a_client_left_on_the_old_process_is_passed_back() {
+    let pg = PgServer::start();
+    let mut old = transaction_pooler(&pg);
+    let c = connect(old.port(), "postgres", "postgres").await.unwrap();
+    let token = c.cancel_token();
+    let sleeper =
+        tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends_where(
+            "query = 'select pg_sleep(30)' and state = 'active'"
+        ) == 1),
+        "the sleep never ran"
+    );
+    let new = Successor::start(&old);
+    assert!(
+        eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
+        "{}",
+        old.log_tail()
+    );
+    token.cancel_query(NoTls).await.unwrap();
+    let r = tokio::time::timeout(TIMEOUT, sleeper)
+        .await
+        .unwrap_or_else(|_| panic!("the cancel was not passed back\n{}", new.log()))
+        .unwrap();
+    assert_eq!(expect_db_error(&r.expect_err("cancelled")).code, "57014");
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+}

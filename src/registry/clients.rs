@@ -370,19 +370,13 @@ impl ClientHandle {
         local: Endpoint,
         application_name: &str,
     ) -> ClientHandle {
-        let info = CLIENTS.insert_with(random_pid, |pid| {
-            ClientInfo::new(
-                BackendKey {
-                    pid,
-                    secret: crate::cancel::new_secret(),
-                },
-                now_micros(),
-                [user, database, application_name],
-                peer,
-                local,
-            )
-        });
-        ClientHandle(info)
+        Self::insert(
+            None,
+            now_micros(),
+            [user, database, application_name],
+            peer,
+            local,
+        )
     }
 
     /// Registers a client taken over from the previous process (crate::takeover) under
@@ -396,20 +390,34 @@ impl ClientHandle {
         local: Endpoint,
         application_name: &str,
     ) -> ClientHandle {
-        let info = CLIENTS.insert_at_or_with(key.pid, random_pid, |pid| {
-            let secret = if pid == key.pid {
-                key.secret
-            } else {
-                crate::cancel::new_secret()
+        Self::insert(
+            Some(key),
+            connect_time,
+            [user, database, application_name],
+            peer,
+            local,
+        )
+    }
+
+    /// Under `key` when its pid is free, else under a random pid with a new secret.
+    fn insert(
+        key: Option<BackendKey>,
+        connect_time: u64,
+        names: [&str; 3],
+        peer: Endpoint,
+        local: Endpoint,
+    ) -> ClientHandle {
+        let make = |pid| {
+            let secret = match key {
+                Some(k) if k.pid == pid => k.secret,
+                _ => crate::cancel::new_secret(),
             };
-            ClientInfo::new(
-                BackendKey { pid, secret },
-                connect_time,
-                [user, database, application_name],
-                peer,
-                local,
-            )
-        });
+            ClientInfo::new(BackendKey { pid, secret }, connect_time, names, peer, local)
+        };
+        let info = match key {
+            Some(k) => CLIENTS.insert_at_or_with(k.pid, random_pid, make),
+            None => CLIENTS.insert_with(random_pid, make),
+        };
         ClientHandle(info)
     }
 }

@@ -391,7 +391,9 @@ fn resume(app: &Arc<App>, offer: &Offer) {
         });
     }
     if let Some(p) = &app.snapshot.load().config.general.pidfile {
-        let _ = std::fs::write(p, format!("{}\n", std::process::id()));
+        if let Err(e) = crate::cli::write_pidfile(p) {
+            tracing::error!("{e}");
+        }
     }
     crate::systemd::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
     tracing::warn!("online restart: this process accepts again");
@@ -448,21 +450,16 @@ pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
 fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
     loop {
         match wire::recv(conn) {
-            Ok(Some(m)) if m.kind == CANCEL && m.payload.len() == 8 => {
-                let key = BackendKey {
-                    pid: u32::from_be_bytes([
-                        m.payload[0],
-                        m.payload[1],
-                        m.payload[2],
-                        m.payload[3],
-                    ]),
-                    secret: u32::from_be_bytes([
-                        m.payload[4],
-                        m.payload[5],
-                        m.payload[6],
-                        m.payload[7],
-                    ]),
+            // The cancel request packet as a client sends it, length word included.
+            Ok(Some(m)) if m.kind == CANCEL => {
+                let parsed = m.payload.get(4..).map(crate::protocol::startup::parse);
+                let Some(Ok(crate::protocol::startup::StartupPacket::Cancel { pid, secret })) =
+                    parsed
+                else {
+                    tracing::warn!("online restart: a malformed cancel from the new process");
+                    continue;
                 };
+                let key = BackendKey { pid, secret };
                 let app = app.clone();
                 crate::workers::spawn_background(async move {
                     crate::cancel::forward(&app, key).await;
@@ -586,10 +583,8 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
             .name("weir-takeover-cancels".into())
             .spawn(move || {
                 for key in rx {
-                    let mut b = [0u8; 8];
-                    b[..4].copy_from_slice(&key.pid.to_be_bytes());
-                    b[4..].copy_from_slice(&key.secret.to_be_bytes());
-                    if wire::send(&writer, CANCEL, &b, &[]).is_err() {
+                    let packet = crate::protocol::messages::cancel_request(key.pid, key.secret);
+                    if wire::send(&writer, CANCEL, &packet, &[]).is_err() {
                         return;
                     }
                 }
