@@ -636,7 +636,11 @@ async fn a_restart_during_a_restart_loses_no_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_left_stay_when_the_new_process_dies() {
     let pg = PgServer::start();
-    let mut old = transaction_pooler(&pg);
+    let http = free_port();
+    let mut old = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("http_listen", format!("127.0.0.1:{http}"))
+        .start();
     let c = connect(old.port(), "postgres", "postgres").await.unwrap();
     c.batch_execute("begin").await.unwrap();
     let new = Successor::start(&old);
@@ -671,6 +675,12 @@ async fn clients_left_stay_when_the_new_process_dies() {
     over_unix.host_path(old.dir());
     let u = connect_with(&over_unix).await.unwrap();
     assert_eq!(q1(&u, "select 3").await, "3");
+    let health = http_get(http, "/healthz");
+    assert!(
+        health.as_ref().is_ok_and(|r| r.status == 200),
+        "the old process does not serve http_listen again: {:?}",
+        health.map(|r| r.status)
+    );
     let again = Successor::start(&old);
     assert!(
         old.wait_exit(Duration::from_secs(20)).is_some(),
