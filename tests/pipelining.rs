@@ -268,6 +268,38 @@ async fn only_plain_requests_share_a_server() {
     assert_eq!(pipelined(&off), 0);
 }
 
+/// Nothing goes behind a request like one that once ran longer than
+/// pipeline_slow_query: a client queued behind it waits for any server instead of being
+/// stuck behind a slow query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_goes_behind_a_query_known_to_be_slow() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg, None);
+    let slow = "select pg_sleep(0.2), 'slow'";
+    let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    // Once alone: 200 ms, over the 50 ms default.
+    q(&c, slow).await.unwrap();
+    let (a, b) = queued_pair(
+        &weir,
+        0.3,
+        move |a| async move { q(&a, slow).await.map(|_| ()).map_err(|e| code(&e)) },
+        |b| async move { q1(&b, "select 'b'").await },
+    )
+    .await;
+    assert_eq!((a, b.as_str()), (Ok(()), "b"));
+    assert_eq!(pipelined(&weir), 0, "B went behind a query known to be slow");
+    // A quick one of the same pair of clients is still pipelined.
+    let (a, b) = queued_pair(
+        &weir,
+        0.3,
+        |a| async move { q1(&a, "select 'quick'").await },
+        |b| async move { q1(&b, "select 'b'").await },
+    )
+    .await;
+    assert_eq!((a.as_str(), b.as_str()), ("quick", "b"));
+    assert_eq!(pipelined(&weir), 1);
+}
+
 /// Many clients on few servers, single-statement writes: every write counted once (none
 /// lost, none run twice), no failed transaction, and requests did go behind others.
 #[test]
