@@ -265,6 +265,9 @@ def _median(vals):
     return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
+# Round trips per transaction of each workload with -M simple: the ceiling of a pooler
+# that waits for each reply is pool / (round trips x round trip time).
+ROUND_TRIPS = {"select": 1, "update": 1, "tpcb": 7}  # BEGIN, 3 UPDATEs, SELECT, INSERT, END
 COLORS = {"direct": "#7f7f7f", "pgbouncer": "#1f77b4", "weir-nopipe": "#fdae6b",
           "weir": "#e6550d"}
 
@@ -282,10 +285,11 @@ def _nice_max(v):
 
 
 def write_pool_svg(path, rows, meta, rtts):
-    """TPS against pool size, one panel per (workload, delay): PgBouncer and Weir as lines,
-    direct (pool size does not apply: one connection per client) as a dashed level, and,
-    where a delay is set, the ceiling of a pooler that waits one round trip per transaction
-    on each server connection: pool x 1000 / (measured SELECT 1 round trip in ms)."""
+    """TPS against pool size, one panel per (workload, delay): each pooler target
+    (PgBouncer, Weir with pipelining off and on) as a line, direct (pool size does not
+    apply: one connection per client) as a dashed level, and, where a delay is set, the
+    ceiling of a pooler that waits for each reply on each server connection: pool x 1000 /
+    (round trips per transaction x measured SELECT 1 round trip in ms)."""
     wls = sorted({r["workload"] for r in rows}, key=["select", "update", "tpcb"].index)
     delays = sorted({r["delay_ms"] for r in rows})
     panels = [(wl, d) for wl in wls for d in delays]
@@ -324,7 +328,7 @@ def write_pool_svg(path, rows, meta, rtts):
         lx += 40 + 6 * len(label.get(t, t))
     o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="#2ca02c" '
              f'stroke-width="1.5" stroke-dasharray="2,3"/><text x="{lx + 28}" y="{ly + 4}">'
-             'pool / round trip (no pipelining)</text>')
+             'ceiling without pipelining</text>')
     wname = {"select": "select-only (-S)", "update": "UPDATE by aid, autocommit",
              "tpcb": "tpcb-like"}
     for i, (wl, d) in enumerate(panels):
@@ -370,10 +374,12 @@ def write_pool_svg(path, rows, meta, rtts):
                      f'<title>direct: {direct[0]["tps"]:.0f} TPS</title></line>')
         rtt = rtts.get(d)
         if d and rtt:
-            pts = " ".join(f"{X(c):.1f},{Y(c * 1000 / rtt):.1f}" for c in xs)
+            # tpcb-like is seven statements, each its own round trip.
+            n = ROUND_TRIPS.get(wl, 1)
+            pts = " ".join(f"{X(c):.1f},{Y(c * 1000 / (n * rtt)):.1f}" for c in xs)
             o.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5" '
-                     f'stroke-dasharray="2,3"><title>pool x 1000 / {rtt:.2f} ms</title>'
-                     '</polyline>')
+                     f'stroke-dasharray="2,3"><title>pool x 1000 / ({n} x {rtt:.2f} ms)'
+                     '</title></polyline>')
         for t in (t for t in POOLER_ORDER if t in present):
             pts = sorted(((r["pool"], r["tps"], r["status"]) for r in fr if r["target"] == t),
                          key=lambda p: p[0])
