@@ -245,6 +245,7 @@ def print_delay_summary(rows, base_pool, clients, checks, out):
                     lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} {t:>11} " + " ".join(
                         f"{v['pipelined_share']:8.0%}" if v and v.get("pipelined_share")
                         is not None else f"{'-':>8}" for v in vals))
+    lines += acceptance_lines(by, wls, delays, pools, base_pool)
     proxy = [r for r in rows if r.get("proxy_s_per_1k_tx") is not None]
     if proxy:
         lines += ["", "toxiproxy CPU s per 1k transactions (median over targets): "
@@ -255,6 +256,34 @@ def print_delay_summary(rows, base_pool, clients, checks, out):
     text = "\n".join(lines) + "\n"
     out.write(text)
     return text
+
+
+def acceptance_lines(by, wls, delays, pools, base_pool):
+    """Issue 16's acceptance figures, where the run has them: weir / PgBouncer at 1 ms and
+    the base pool for select-only and update (wanted: 2 or more), and weir / weir-nopipe
+    with no delay and for tpcb-like (wanted: never below 1; one run is noisy, read it with
+    --repeat)."""
+    def r(wl, d, p, t):
+        x = by.get((wl, d, p, t))
+        return x["tps"] if x and x["status"] == "ok" and x["tps"] else None
+    out = []
+    for wl in ("select", "update"):
+        if wl in wls and 1 in delays:
+            w, b = r(wl, 1, base_pool, "weir"), r(wl, 1, base_pool, "pgbouncer")
+            if w and b:
+                out.append(f"  {wl}, 1 ms, pool {base_pool}: weir / pgbouncer = {w / b:.2f} "
+                           f"(wanted >= 2: {'yes' if w / b >= 2 else 'NO'})")
+    checks = [(wl, d) for wl in wls for d in delays if d == 0 or wl == "tpcb"]
+    for wl, d in checks:
+        rs = [(p, r(wl, d, p, "weir"), r(wl, d, p, "weir-nopipe")) for p in pools]
+        rs = [(p, w / n) for p, w, n in rs if w and n]
+        if rs:
+            low = min(v for _, v in rs)
+            out.append(f"  {wl}, {d} ms: weir / weir-nopipe by pool size "
+                       + ", ".join(f"{p}: {v:.2f}" for p, v in rs)
+                       + f" (wanted never below 1: lowest {low:.2f})")
+    return ["", "Issue 16's acceptance (one run each: noise of ~10% is usual here)"] + out \
+        if out else []
 
 
 def _median(vals):
