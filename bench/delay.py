@@ -172,49 +172,80 @@ def check_delay(rtt_plain, rtt_proxy0, rtt_delayed, ms):
 # --------------------------------------------------------------------------
 # summary and plot
 
-NAMES = {"direct": "direct", "pgbouncer": "PgBouncer", "weir": "Weir"}
+NAMES = {"direct": "direct", "pgbouncer": "PgBouncer", "weir-nopipe": "Weir nopipe",
+         "weir": "Weir"}
+ORDER = ("direct", "pgbouncer", "weir-nopipe", "weir")
+POOLER_ORDER = ORDER[1:]
 
 
 def print_delay_summary(rows, base_pool, clients, checks, out):
-    """TPS per workload and delay at the base pool size, then TPS against pool size."""
-    lines = []
-    for c in checks:
-        lines.append(c)
+    """TPS per workload and delay at the base pool size (every target, and each Weir
+    target against PgBouncer, Weir with pipelining against without, Weir against direct),
+    then TPS against pool size, then the share of Weir's transactions sent pipelined."""
+    lines = list(checks)
     wls = sorted({r["workload"] for r in rows}, key=["select", "update", "tpcb"].index)
     delays = sorted({r["delay_ms"] for r in rows})
     pools = sorted({r["pool"] for r in rows})
+    targets = [t for t in ORDER if any(r["target"] == t for r in rows)]
+    poolers = [t for t in POOLER_ORDER if t in targets]
     by = {(r["workload"], r["delay_ms"], r["pool"], r["target"]): r for r in rows}
     wname = {"select": "select-only (-S)", "update": "UPDATE by aid (autocommit)",
              "tpcb": "tpcb-like"}
 
-    def cell(r):
+    def cell(r, w=11):
         if r is None:
-            return f"{'-':>10}"
+            return f"{'-':>{w}}"
         v = f"{r['tps']:,.0f}" if r["tps"] is not None else "-"
-        return f"{v + ('' if r['status'] == 'ok' else '!'):>10}"
+        return f"{v + ('' if r['status'] == 'ok' else '!'):>{w}}"
+
+    def ratio(a, b):
+        ok = a and b and a["tps"] and b["tps"] and a["status"] == "ok" == b["status"]
+        return f"{a['tps'] / b['tps']:8.2f}" if ok else f"{'-':>8}"
+    # Ratios: each Weir target against PgBouncer, pipelining on against off, Weir/direct.
+    ratios = [(a, b, h) for a, b, h in (
+        ("weir-nopipe", "pgbouncer", "nP/PgB"), ("weir", "pgbouncer", "W/PgB"),
+        ("weir", "weir-nopipe", "W/nP"), ("weir", "direct", "W/dir"))
+        if a in targets and b in targets]
     lines += ["", f"TPS, {clients} clients, pool size {base_pool} (direct: one connection per "
-              f"client, through the same delay)", ""]
-    lines.append(f"{'workload':<28} {'delay':>6} {'direct':>10} {'PgBouncer':>10} {'Weir':>10} "
-                 f"{'W/PgB':>7} {'W/dir':>7}")
+              "client, through the same delay"
+              + ("; nP = weir-nopipe, pipelining off)" if "weir-nopipe" in targets else ")"),
+              ""]
+    lines.append(f"{'workload':<28} {'delay':>6} "
+                 + " ".join(f"{NAMES[t]:>11}" for t in targets)
+                 + "".join(f" {h:>8}" for _, _, h in ratios))
     for wl in wls:
         for d in delays:
-            cells = [by.get((wl, d, base_pool, t)) for t in ("direct", "pgbouncer", "weir")]
-            w, p, dr = cells[2], cells[1], cells[0]
-            ratio = lambda a, b: (f"{a['tps'] / b['tps']:7.2f}"  # noqa: E731
-                                  if a and b and a["tps"] and b["tps"] else f"{'-':>7}")
+            c = {t: by.get((wl, d, base_pool, t)) for t in targets}
             lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} "
-                         + " ".join(cell(c) for c in cells) + f" {ratio(w, p)} {ratio(w, dr)}")
+                         + " ".join(cell(c[t]) for t in targets)
+                         + "".join(f" {ratio(c[a], c[b])}" for a, b, _ in ratios))
     if len(pools) > 1:
-        lines += ["", "TPS against pool size (PgBouncer / Weir)", ""]
-        hdr = f"{'workload':<28} {'delay':>6} " + " ".join(f"{f'pool {p}':>21}" for p in pools)
-        lines.append(hdr)
+        title = " / ".join(NAMES[t] for t in poolers)
+        table = {(wl, d, p): " / ".join(cell(by.get((wl, d, p, t))).strip() for t in poolers)
+                 for wl in wls for d in delays for p in pools}
+        w = max(len(v) for v in table.values()) + 1
+        lines += ["", f"TPS against pool size ({title})", ""]
+        lines.append(f"{'workload':<28} {'delay':>6} "
+                     + " ".join(f"{f'pool {p}':>{w}}" for p in pools))
         for wl in wls:
             for d in delays:
-                cols = []
-                for p in pools:
-                    a, b = by.get((wl, d, p, "pgbouncer")), by.get((wl, d, p, "weir"))
-                    cols.append(f"{(cell(a).strip() + ' / ' + cell(b).strip()):>21}")
-                lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} " + " ".join(cols))
+                lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} "
+                             + " ".join(f"{table[(wl, d, p)]:>{w}}" for p in pools))
+    piped = [r for r in rows if r.get("pipelined_share") is not None]
+    if piped:
+        lines += ["", "Share of Weir's transactions sent pipelined behind another "
+                  "(SHOW STATS total_pipelined_count; weir-nopipe should be 0%)", ""]
+        wt = [t for t in ("weir-nopipe", "weir") if t in targets]
+        lines.append(f"{'workload':<28} {'delay':>6} {'target':>11} "
+                     + " ".join(f"{f'pool {p}':>8}" for p in pools))
+        for wl in wls:
+            for d in delays:
+                for t in wt:
+                    vals = [by.get((wl, d, p, t)) for p in pools]
+                    lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} {t:>11} " + " ".join(
+                        f"{v['pipelined_share']:8.0%}" if v and v.get("pipelined_share")
+                        is not None else f"{'-':>8}" for v in vals))
+    lines += acceptance_lines(by, wls, delays, pools, base_pool)
     proxy = [r for r in rows if r.get("proxy_s_per_1k_tx") is not None]
     if proxy:
         lines += ["", "toxiproxy CPU s per 1k transactions (median over targets): "
@@ -227,6 +258,34 @@ def print_delay_summary(rows, base_pool, clients, checks, out):
     return text
 
 
+def acceptance_lines(by, wls, delays, pools, base_pool):
+    """Issue 16's acceptance figures, where the run has them: weir / PgBouncer at 1 ms and
+    the base pool for select-only and update (wanted: 2 or more), and weir / weir-nopipe
+    with no delay and for tpcb-like (wanted: never below 1; one run is noisy, read it with
+    --repeat)."""
+    def r(wl, d, p, t):
+        x = by.get((wl, d, p, t))
+        return x["tps"] if x and x["status"] == "ok" and x["tps"] else None
+    out = []
+    for wl in ("select", "update"):
+        if wl in wls and 1 in delays:
+            w, b = r(wl, 1, base_pool, "weir"), r(wl, 1, base_pool, "pgbouncer")
+            if w and b:
+                out.append(f"  {wl}, 1 ms, pool {base_pool}: weir / pgbouncer = {w / b:.2f} "
+                           f"(wanted >= 2: {'yes' if w / b >= 2 else 'NO'})")
+    checks = [(wl, d) for wl in wls for d in delays if d == 0 or wl == "tpcb"]
+    for wl, d in checks:
+        rs = [(p, r(wl, d, p, "weir"), r(wl, d, p, "weir-nopipe")) for p in pools]
+        rs = [(p, w / n) for p, w, n in rs if w and n]
+        if rs:
+            low = min(v for _, v in rs)
+            out.append(f"  {wl}, {d} ms: weir / weir-nopipe by pool size "
+                       + ", ".join(f"{p}: {v:.2f}" for p, v in rs)
+                       + f" (wanted never below 1: lowest {low:.2f})")
+    return ["", "Issue 16's acceptance (one run each: noise of ~10% is usual here)"] + out \
+        if out else []
+
+
 def _median(vals):
     vals = sorted(vals)
     if not vals:
@@ -235,7 +294,11 @@ def _median(vals):
     return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
-COLORS = {"direct": "#7f7f7f", "pgbouncer": "#1f77b4", "weir": "#e6550d"}
+# Round trips per transaction of each workload with -M simple: the ceiling of a pooler
+# that waits for each reply is pool / (round trips x round trip time).
+ROUND_TRIPS = {"select": 1, "update": 1, "tpcb": 7}  # BEGIN, 3 UPDATEs, SELECT, INSERT, END
+COLORS = {"direct": "#7f7f7f", "pgbouncer": "#1f77b4", "weir-nopipe": "#fdae6b",
+          "weir": "#e6550d"}
 
 
 def _esc(s):
@@ -251,10 +314,11 @@ def _nice_max(v):
 
 
 def write_pool_svg(path, rows, meta, rtts):
-    """TPS against pool size, one panel per (workload, delay): PgBouncer and Weir as lines,
-    direct (pool size does not apply: one connection per client) as a dashed level, and,
-    where a delay is set, the ceiling of a pooler that waits one round trip per transaction
-    on each server connection: pool x 1000 / (measured SELECT 1 round trip in ms)."""
+    """TPS against pool size, one panel per (workload, delay): each pooler target
+    (PgBouncer, Weir with pipelining off and on) as a line, direct (pool size does not
+    apply: one connection per client) as a dashed level, and, where a delay is set, the
+    ceiling of a pooler that waits for each reply on each server connection: pool x 1000 /
+    (round trips per transaction x measured SELECT 1 round trip in ms)."""
     wls = sorted({r["workload"] for r in rows}, key=["select", "update", "tpcb"].index)
     delays = sorted({r["delay_ms"] for r in rows})
     panels = [(wl, d) for wl in wls for d in delays]
@@ -272,7 +336,7 @@ def write_pool_svg(path, rows, meta, rtts):
         metas = [meta[:cut + 1], meta[cut + 2:]]
     ly = 58 + 14 * (len(metas) - 1)  # the legend's line
     top = ly + 20
-    W = max(cols * pw + 20, 760)
+    W = max(cols * pw + 20, 860)
     H = top + nrows * ph + 20
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
          f'viewBox="0 0 {W} {H}" font-family="Helvetica,Arial,sans-serif" font-size="11">',
@@ -282,15 +346,18 @@ def write_pool_svg(path, rows, meta, rtts):
          ] + [f'<text x="10" y="{38 + 14 * i}" fill="#555">{_esc(m)}</text>'
               for i, m in enumerate(metas)]
     lx = 10
-    for t in ("direct", "pgbouncer", "weir"):
+    present = [t for t in ORDER if any(r["target"] == t for r in rows)]
+    label = {"direct": "direct (1 conn/client)", "weir-nopipe": "weir, pipelining off",
+             "weir": "weir" + (", pipelining on" if "weir-nopipe" in present else "")}
+    for t in present:
         dash = ' stroke-dasharray="6,4"' if t == "direct" else ""
         o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="{COLORS[t]}" '
                  f'stroke-width="3"{dash}/><text x="{lx + 28}" y="{ly + 4}">'
-                 f'{"direct (1 conn/client)" if t == "direct" else t}</text>')
-        lx += 170 if t == "direct" else 100
+                 f'{label.get(t, t)}</text>')
+        lx += 40 + 6 * len(label.get(t, t))
     o.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="#2ca02c" '
              f'stroke-width="1.5" stroke-dasharray="2,3"/><text x="{lx + 28}" y="{ly + 4}">'
-             'pool / round trip (no pipelining)</text>')
+             'ceiling without pipelining</text>')
     wname = {"select": "select-only (-S)", "update": "UPDATE by aid, autocommit",
              "tpcb": "tpcb-like"}
     for i, (wl, d) in enumerate(panels):
@@ -336,11 +403,13 @@ def write_pool_svg(path, rows, meta, rtts):
                      f'<title>direct: {direct[0]["tps"]:.0f} TPS</title></line>')
         rtt = rtts.get(d)
         if d and rtt:
-            pts = " ".join(f"{X(c):.1f},{Y(c * 1000 / rtt):.1f}" for c in xs)
+            # tpcb-like is seven statements, each its own round trip.
+            n = ROUND_TRIPS.get(wl, 1)
+            pts = " ".join(f"{X(c):.1f},{Y(c * 1000 / (n * rtt)):.1f}" for c in xs)
             o.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="1.5" '
-                     f'stroke-dasharray="2,3"><title>pool x 1000 / {rtt:.2f} ms</title>'
-                     '</polyline>')
-        for t in ("pgbouncer", "weir"):
+                     f'stroke-dasharray="2,3"><title>pool x 1000 / ({n} x {rtt:.2f} ms)'
+                     '</title></polyline>')
+        for t in (t for t in POOLER_ORDER if t in present):
             pts = sorted(((r["pool"], r["tps"], r["status"]) for r in fr if r["target"] == t),
                          key=lambda p: p[0])
             good = [(c, v) for c, v, st in pts if v is not None and st == "ok"]
