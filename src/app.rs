@@ -476,6 +476,16 @@ fn pool_settings(
         server_reset_query: g.server_reset_query.clone().unwrap_or_default(),
         server_reset_query_always: g.server_reset_query_always,
         round_robin: g.server_round_robin,
+        pipeline: crate::pool::PipelineSettings {
+            // In session mode a server is never shared between requests; with
+            // read_write_split, requests wait on the primary's WAL (split::lsn) first.
+            depth: if snap.pool_mode(db, server_user) == PoolMode::Session || db.read_write_split {
+                0
+            } else {
+                db.pipeline_depth.unwrap_or(g.pipeline_depth) as usize
+            },
+            slow: g.pipeline_slow_query,
+        },
         split: splits(snap, db, server_user)
             .then(|| crate::split::entry(name, db.max_replica_lag.unwrap_or(g.max_replica_lag))),
     }

@@ -52,6 +52,8 @@ pub struct Delta {
     /// Clients that logged in to the pool (PgBouncer's client_login_count): counted once
     /// per session, at login, so that a client reconnecting for every transaction shows.
     pub client_logins: u64,
+    /// Requests sent to a server behind another client's (pool::pipeline).
+    pub pipelined: u64,
 }
 
 impl std::ops::Deref for Delta {
@@ -101,6 +103,7 @@ pub struct Counters {
     hits: AtomicU64,
     evictions: AtomicU64,
     client_logins: AtomicU64,
+    pipelined: AtomicU64,
 }
 
 impl Counters {
@@ -124,6 +127,7 @@ impl Counters {
             (&self.hits, d.prepared.hits),
             (&self.evictions, d.prepared.evictions),
             (&self.client_logins, d.client_logins),
+            (&self.pipelined, d.pipelined),
         ];
         for (counter, v) in pairs {
             if v != 0 {
@@ -152,12 +156,17 @@ impl Counters {
                 evictions: self.evictions.load(Ordering::Relaxed),
             },
             client_logins: self.client_logins.load(Ordering::Relaxed),
+            pipelined: self.pipelined.load(Ordering::Relaxed),
         }
     }
 
     /// Counts a client that has just logged in to the pool.
     pub fn count_login(&self) {
         self.client_logins.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add_pipelined(&self, n: u64) {
+        self.pipelined.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn add_prepared(&self, prepared: &PreparedCounts) {

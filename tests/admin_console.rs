@@ -105,7 +105,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
     ]);
     match cmd {
         "STATS" => (
-            "sNNNNNNNNNNNNNNNNNNNNNNNN",
+            "sNNNNNNNNNNNNNNNNNNNNNNNNNN",
             vec![
                 "database",
                 "total_server_assignment_count",
@@ -132,6 +132,8 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "avg_server_parse_count",
                 "avg_bind_count",
                 "avg_client_login_count",
+                "total_pipelined_count",
+                "avg_pipelined_count",
             ],
         ),
         "STATS_TOTALS" => (

@@ -98,6 +98,7 @@ pub fn add(total: &mut Delta, d: &Delta) {
     total.query_time_us += d.query_time_us;
     total.wait_time_us += d.wait_time_us;
     total.client_logins += d.client_logins;
+    total.pipelined += d.pipelined;
     let (t, d) = (&mut total.prepared, &d.prepared);
     t.client_parses += d.client_parses;
     t.server_parses += d.server_parses;
@@ -153,6 +154,7 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
             evictions: per_sec(cur.prepared.evictions, old.prepared.evictions),
         },
         client_logins: per_sec(cur.client_logins, old.client_logins),
+        pipelined: per_sec(cur.pipelined, old.pipelined),
     }
 }
 

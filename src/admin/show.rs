@@ -149,7 +149,7 @@ fn stats_by_database(app: &App) -> BTreeMap<String, (Delta, Delta)> {
 
 pub fn stats(app: &App) -> RowSet {
     let mut rs = RowSet::new(
-        "sNNNNNNNNNNNNNNNNNNNNNNNN",
+        "sNNNNNNNNNNNNNNNNNNNNNNNNNN",
         &[
             "database",
             "total_server_assignment_count",
@@ -176,6 +176,9 @@ pub fn stats(app: &App) -> RowSet {
             "avg_server_parse_count",
             "avg_bind_count",
             "avg_client_login_count",
+            // Weir's own, after PgBouncer's: requests pipelined (pool::pipeline).
+            "total_pipelined_count",
+            "avg_pipelined_count",
         ],
     );
     let window = period::window_us();
@@ -184,6 +187,8 @@ pub fn stats(app: &App) -> RowSet {
         let mut row = vec![text(db)];
         row.extend(figures(&cur).iter().map(int));
         row.extend(figures(&avg).iter().map(int));
+        row.push(int(cur.pipelined));
+        row.push(int(avg.pipelined));
         rs.push(row);
     }
     rs

@@ -6,12 +6,14 @@ pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
 pub mod moved;
 pub mod park;
+mod pipeline;
 mod prepare;
 pub(crate) use prepare::client_wants;
 mod relay;
 mod route;
 mod state;
 
+use relay::UNSYNCED;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -66,16 +68,7 @@ fn lost_transaction() -> PgError {
     )
 }
 
-/// What a client is told when its server went away while running its request: if that
-/// request was committing (a COMMIT, or a statement outside a transaction block), the
-/// commit may have been done and replicated with only its answer lost (seen in
-/// tests/failover_exact.rs), so it must not be told the transaction was rolled back.
-fn lost_request() -> PgError {
-    PgError::error(
-        "08006",
-        "server connection lost; the transaction was rolled back, unless the lost request was its commit (then whether it committed is unknown)",
-    )
-}
+use crate::pool::lost_request;
 
 impl Session {
     fn pinned(&self) -> bool {
@@ -612,6 +605,7 @@ impl Session {
             return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
         }
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
+        self.take_carry(&mut held);
         self.settle_ahead(&mut held.statements);
         self.lend(&held);
         let event = loop {
@@ -658,7 +652,12 @@ impl Session {
         match event {
             Event::Idle => {
                 let always = held.pool().settings().server_reset_query_always;
-                if self.mode == PoolMode::Session || always || self.pinned() {
+                if !held.passengers.is_empty() {
+                    // Straight to the client whose request runs next on it (the server
+                    // holds its settings, so nothing is reset).
+                    self.hand_carry(&mut held);
+                    held.release();
+                } else if self.mode == PoolMode::Session || always || self.pinned() {
                     Box::pin(self.finish_server(held)).await;
                 } else if Box::pin(state::before_pooling(&mut held)).await {
                     held.release();
@@ -685,7 +684,9 @@ impl Session {
             // were left without their Sync: the client may never send one, and a server
             // that died of what it was sent is the client's doing.
             Event::ServerGone
-                if self.mode != PoolMode::Session && !self.pinned() && !self.exchange.unsynced =>
+                if self.mode != PoolMode::Session
+                    && !self.pinned()
+                    && !self.exchange.has(UNSYNCED) =>
             {
                 crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
                 drop(held);
@@ -809,6 +810,18 @@ impl Session {
     /// when anything of the client's may linger in it (an open transaction, a half-sent
     /// message, an unanswered query).
     async fn finish_server(&mut self, mut held: Lease) {
+        if !held.passengers.is_empty() {
+            // Other clients' requests run behind this one's on it: once its own answer
+            // is in (read and dropped), the server is theirs.
+            if Box::pin(self.drain_own_answer(&mut held)).await && self.server_is_clean() {
+                self.hand_carry(&mut held);
+                held.release();
+            } else {
+                crate::conn_log::server_closing(&held.info.0, "client gone before its answer");
+                held.close().await;
+            }
+            return;
+        }
         if !self.server_is_clean() || !self.clean_for_next(&mut held).await {
             crate::conn_log::server_closing(
                 &held.info.0,
@@ -1051,7 +1064,11 @@ impl Session {
             Some(w) => w,
             None => {
                 let l = Box::pin(pool.checkout(scram_keys, true, None)).await?;
-                let welcome = Arc::new(Welcome::new(l.params.clone()));
+                // The pool's own, made as the server connected: its clients then share
+                // their parameter sets with this one (what pool::ahead compares first).
+                let welcome = pool
+                    .welcome()
+                    .unwrap_or_else(|| Arc::new(Welcome::new(l.params.clone())));
                 lease = Some(l);
                 welcome
             }

@@ -497,6 +497,8 @@ fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) 
         sent_ahead: 0,
         statements: Default::default(),
         gucs: None,
+        passengers: Default::default(),
+        carry: Default::default(),
     };
     drop(settings);
     pool.adopt_lent(conn)

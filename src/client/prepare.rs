@@ -2,6 +2,7 @@
 //! messages that name a statement are rewritten as they are framed, and the server's
 //! replies are matched to them, with Weir's own removed and the ones it owes added.
 
+use super::relay::{TERMINATED, UNSYNCED};
 use std::ops::Range;
 
 use bytes::BytesMut;
@@ -67,7 +68,7 @@ impl Session {
             if !needed {
                 return true;
             }
-            if self.exchange.pending > 0 || self.exchange.unsynced {
+            if self.exchange.pending > 0 || self.exchange.has(UNSYNCED) {
                 return self.hold(frame);
             }
             self.extras.get_or_insert_with(Box::default).prepared = Some(Box::default());
@@ -75,7 +76,7 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return true;
         };
-        if !self.exchange.unsynced {
+        if !self.exchange.has(UNSYNCED) {
             let maybe_idle = self.exchange.status == b'I' || p.status_pending();
             p.retry
                 .batch_starts(tag, &self.inbuf[frame.start..], maybe_idle);
@@ -84,7 +85,7 @@ impl Session {
             status: self.exchange.status,
             cap: self.prepared_cap as usize,
             ahead: server.is_none(),
-            unsynced: self.exchange.unsynced,
+            unsynced: self.exchange.has(UNSYNCED),
         };
         let mut out = BytesMut::new();
         let e = rewrite::client_message(tag, body, p, server, &cx, &mut out);
@@ -112,7 +113,7 @@ impl Session {
         // What a retry needs of the relay (see prepared::retry).
         let retry_safe = matches!(frame.tag, b'E' | b't')
             && self.exchange.status == b'I'
-            && !self.exchange.terminated
+            && !self.exchange.has(TERMINATED)
             && self.cframe.scanned() == 0
             && self.cframe.at_boundary();
         let Some(p) = statements(&mut self.extras) else {

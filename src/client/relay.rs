@@ -17,7 +17,7 @@ use tokio_util::io::poll_read_buf;
 
 use super::prepare::Tracked;
 use super::Session;
-use crate::pool::{Ahead, PoolMode};
+use crate::pool::{Ahead, Lease, PoolMode};
 use crate::protocol::framer::FrameError;
 use crate::protocol::PgError;
 use crate::server::ServerConn;
@@ -48,13 +48,46 @@ pub enum Event {
 pub struct Exchange {
     /// Queries and Syncs sent whose ReadyForQuery has not come back.
     pub pending: u32,
-    /// Extended-protocol messages sent since the last Sync.
-    pub unsynced: bool,
-    /// A ReadyForQuery answered everything sent since the server was lent.
-    pub answered: bool,
     /// The last transaction status: I (idle), T (in a transaction), E (failed transaction).
     pub status: u8,
-    pub terminated: bool,
+    /// UNSYNCED, ANSWERED, TERMINATED, and for pipelining (pool::pipeline) PLAIN,
+    /// UNNAMED_PLAIN, BOARDED, CARRYING: one byte, as an idle client pays for the
+    /// session's size.
+    pub flags: u8,
+    /// The request's fingerprint (sql::pipeline::fold), folded to 16 bits for the same
+    /// reason: a collision only keeps a request from being pipelined.
+    pub print: u16,
+}
+
+/// Extended-protocol messages sent since the last Sync.
+pub const UNSYNCED: u8 = 16;
+/// A ReadyForQuery answered everything sent since the server was lent.
+pub const ANSWERED: u8 = 32;
+/// The client sent Terminate.
+pub const TERMINATED: u8 = 64;
+/// The request sent since the server was last idle is one plain implicit transaction so
+/// far (sql::pipeline): other clients' requests may go behind it.
+pub const PLAIN: u8 = 1;
+/// This request parsed the unnamed statement, plain.
+pub const UNNAMED_PLAIN: u8 = 2;
+/// Waiting clients were looked at to go behind this request.
+pub const BOARDED: u8 = 4;
+/// Other clients' requests were sent behind this one: nothing more of this client's goes
+/// to the server, and what the server sends past its last ReadyForQuery is theirs.
+pub const CARRYING: u8 = 8;
+
+impl Exchange {
+    pub fn has(&self, bit: u8) -> bool {
+        self.flags & bit != 0
+    }
+
+    pub fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.flags |= bit;
+        } else {
+            self.flags &= !bit;
+        }
+    }
 }
 
 impl Exchange {
@@ -72,12 +105,12 @@ impl Session {
     pub fn server_is_clean(&self) -> bool {
         let x = &self.exchange;
         x.pending == 0
-            && !x.unsynced
+            && !x.has(UNSYNCED)
             && x.status == b'I'
             && self.cframe.scanned() == 0
             && self.cframe.at_boundary()
             && self.sframe.at_boundary()
-            && self.sframe.scanned() == self.outbuf.len()
+            && (x.has(CARRYING) || self.sframe.scanned() == self.outbuf.len())
             && super::prepare::replies_settled(&self.extras)
     }
 
@@ -97,6 +130,7 @@ impl Session {
             gucs: self.gucs().cloned(),
             client: self.client.0.clone(),
             statements: self.ahead_needs(),
+            plain: self.may_go_behind(),
         })
     }
 
@@ -122,8 +156,8 @@ impl Session {
         }
     }
 
-    pub async fn relay(&mut self, server: &mut ServerConn) -> Event {
-        self.exchange.answered = false;
+    pub async fn relay(&mut self, server: &mut Lease) -> Event {
+        self.exchange.set(ANSWERED, false);
         // A safe shutdown wakes the task through the client's signals (registered by
         // `Session::main` at every poll); the relay only reads the flag.
         std::future::poll_fn(|cx| {
@@ -138,17 +172,24 @@ impl Session {
         .await
     }
 
-    fn poll_relay(&mut self, server: &mut ServerConn, cx: &mut Context<'_>) -> Poll<Event> {
+    fn poll_relay(&mut self, server: &mut Lease, cx: &mut Context<'_>) -> Poll<Event> {
         let release_on_idle = self.mode != PoolMode::Session
             || self.shutting_down
             || (self.fast_close && server.generation != self.pool.settings().target.generation)
             || (crate::takeover::moving() && !self.stream.is_tls() && !server.stream.is_tls());
         loop {
             let mut progress = false;
+            // With other clients' requests behind its own, the client's next one waits
+            // for its next server: it is not read now.
+            let carrying = !server.passengers.is_empty();
+            self.exchange.set(CARRYING, carrying);
 
             // Past the high-water mark only to complete a message that must be seen whole.
             let unframed = self.cframe.scanned() == 0 && !self.held_back;
-            if !self.exchange.terminated && (self.inbuf.len() < HIGH_WATER || unframed) {
+            if !carrying
+                && !self.exchange.has(TERMINATED)
+                && (self.inbuf.len() < HIGH_WATER || unframed)
+            {
                 crate::bufpool::ensure(&mut self.inbuf);
                 match poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.inbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -158,8 +199,10 @@ impl Session {
                     Poll::Pending => {}
                 }
             }
-            if let Err(e) = self.scan_client(Some(&mut server.statements)) {
-                return Poll::Ready(Event::ClientProtocol(e));
+            if !carrying {
+                if let Err(e) = self.scan_client(Some(&mut server.statements)) {
+                    return Poll::Ready(Event::ClientProtocol(e));
+                }
             }
 
             let ready = self.cframe.scanned();
@@ -174,6 +217,9 @@ impl Session {
                     Poll::Ready(Err(_)) => return Poll::Ready(Event::ServerGone),
                     Poll::Pending => {}
                 }
+            }
+            if self.exchange.flags & (BOARDED | PLAIN) == PLAIN {
+                self.board(server);
             }
 
             if self.outbuf.len() < HIGH_WATER {
@@ -214,11 +260,11 @@ impl Session {
             if server.stream.is_tls() {
                 let _ = server.stream.poll_flush_tls(cx);
             }
-            if self.exchange.terminated && self.cframe.scanned() == 0 {
+            if self.exchange.has(TERMINATED) && self.cframe.scanned() == 0 {
                 return Poll::Ready(Event::ClientTerminated);
             }
             if release_on_idle
-                && (self.exchange.answered || self.shutting_down)
+                && (self.exchange.has(ANSWERED) || self.shutting_down)
                 && self.server_is_clean()
             {
                 return Poll::Ready(Event::Idle);
@@ -280,7 +326,7 @@ impl Session {
         mut server: Option<&mut crate::prepared::ServerStatements>,
     ) -> Result<(), PgError> {
         self.held_back = false;
-        if self.exchange.terminated {
+        if self.exchange.has(TERMINATED) {
             return Ok(());
         }
         let tracking = self.prepared_cap != 0;
@@ -314,11 +360,18 @@ impl Session {
             if pooled && matches!(frame.tag, b'Q' | b'P' | b'B') {
                 self.note_effects(&frame);
             }
+            if pooled {
+                self.note_plain(&frame);
+            }
             if tracking {
                 if !self.track_client(&frame, server.as_deref_mut()) {
                     return Ok(());
                 }
                 if let Some(p) = super::prepare::statements(&mut self.extras) {
+                    if p.opaque {
+                        p.opaque = false;
+                        self.exchange.set(PLAIN, false);
+                    }
                     if p.effects.flags != 0 {
                         let e = std::mem::take(&mut p.effects);
                         self.add_effects(e);
@@ -331,7 +384,7 @@ impl Session {
                     // Terminate ends the client, not the server: it is never forwarded.
                     self.inbuf.truncate(frame.start);
                     self.cframe.truncate(frame.start);
-                    x.terminated = true;
+                    x.set(TERMINATED, true);
                     return Ok(());
                 }
                 b'Q' | b'F' | b'S' => {
@@ -343,14 +396,14 @@ impl Session {
                         }
                     }
                     x.pending += 1;
-                    x.unsynced = false;
-                    x.answered = false;
+                    x.set(UNSYNCED, false);
+                    x.set(ANSWERED, false);
                 }
                 // COPY data and Flush do not change what the server owes the client.
                 b'd' | b'c' | b'f' | b'H' => {}
                 _ => {
-                    x.unsynced = true;
-                    x.answered = false;
+                    x.set(UNSYNCED, true);
+                    x.set(ANSWERED, false);
                 }
             }
             if tracking && server.is_some() {
@@ -359,9 +412,13 @@ impl Session {
         }
     }
 
-    fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
+    pub(super) fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
+            if self.exchange.has(CARRYING) && self.exchange.pending == 0 {
+                // The rest is the answer to the request behind this client's.
+                return Ok(());
+            }
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
                 // Errors whole: one that answers nothing is held back (below).
                 t == b'Z' || t == b'S' || t == b'E'
@@ -386,7 +443,7 @@ impl Session {
                 let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());
                 crate::stats::server_error(fields.unwrap_or_default(), &self.pool.database);
                 if self.exchange.pending == 0
-                    && !self.exchange.unsynced
+                    && !self.exchange.has(UNSYNCED)
                     && self.mode != PoolMode::Session
                     && !self.pinned()
                 {
@@ -426,14 +483,18 @@ impl Session {
         x.pending = x.pending.saturating_sub(1);
         self.delta.queries += 1;
         if x.pending == 0 {
-            x.answered = true;
+            x.set(ANSWERED, true);
             let now = Instant::now();
             self.idle_since = now;
             if let Some(t) = self.query_started.take() {
                 let us = now.saturating_duration_since(t).as_micros() as u64;
                 self.delta.query_time_us += us;
                 self.pool.stats.query_latency.observe(us);
+                if x.has(PLAIN) {
+                    self.note_run_time(us);
+                }
             }
+            let x = &mut self.exchange;
             if x.status == b'I' {
                 if let Some(t) = self.xact_started.take() {
                     let us = now.saturating_duration_since(t).as_micros() as u64;

@@ -1,6 +1,7 @@
 //! Read/write splitting on the client's side (see split): which pool a request is sent
 //! to, and what the relay does when a request that writes follows a read on a standby.
 
+use super::relay::{ANSWERED, UNSYNCED};
 use std::sync::Arc;
 
 use super::Session;
@@ -168,7 +169,7 @@ impl Session {
         }
         // Nothing sent yet and nothing answered: this is the request the lease was routed
         // for, looked at whole then (a request not all there was routed as a write).
-        if self.exchange.pending == 0 && !self.exchange.answered {
+        if self.exchange.pending == 0 && !self.exchange.has(ANSWERED) {
             return false;
         }
         let Some(body) = frame.body.clone() else {
@@ -198,7 +199,7 @@ impl Session {
             return false;
         }
         let x = &self.exchange;
-        !x.unsynced && x.status == b'I' && (x.pending > 0 || x.answered)
+        !x.has(UNSYNCED) && x.status == b'I' && (x.pending > 0 || x.has(ANSWERED))
     }
 
     /// After a transaction on the primary that wrote: the client's next reads wait for

@@ -329,6 +329,13 @@ impl Collector for LiveCollector {
             None,
             per_pool(pools, |p| c(p.totals.client_logins)),
         )?;
+        family(
+            e,
+            "weir_pool_pipelined_requests",
+            "Requests sent to a busy server behind another client's (pipeline_depth; SHOW STATS total_pipelined_count).",
+            None,
+            per_pool(pools, |p| c(p.totals.pipelined)),
+        )?;
         for (name, help, pick) in [
             (
                 "weir_pool_client_parses",

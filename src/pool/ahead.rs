@@ -31,6 +31,9 @@ pub struct Ahead {
     /// Prepared statements (Weir's ids) the request names: it was rewritten as if the
     /// server held them, so it may only go to one that does.
     pub statements: Vec<u64>,
+    /// The request is one plain implicit transaction, whole (sql::pipeline): it may be
+    /// sent behind another's.
+    pub plain: bool,
 }
 
 impl Ahead {
@@ -38,15 +41,32 @@ impl Ahead {
     /// `conn.sent_ahead` how many bytes went (the waiter sends the rest). Nothing is sent
     /// once the waiter has withdrawn.
     pub(super) fn send(&self, conn: &mut ServerConn) {
+        if self.fits(conn) && self.client.claim_handoff() {
+            conn.sent_ahead = conn.stream.try_write(&self.bytes).unwrap_or(0);
+        }
+    }
+
+    /// Writes the request to `conn` behind the request running there (see pipeline), if
+    /// it is one plain implicit transaction that fits the server. Returns the bytes
+    /// written (perhaps none: the waiter then sends it all once it has the server), or
+    /// None when it may not go.
+    pub(super) fn board(&self, conn: &mut ServerConn) -> Option<usize> {
+        if !self.plain || !self.fits(conn) || !self.client.claim_handoff() {
+            return None;
+        }
+        Some(conn.stream.try_write(&self.bytes).unwrap_or(0))
+    }
+
+    /// The server holds what the request was written for.
+    fn fits(&self, conn: &mut ServerConn) -> bool {
+        // Clients with the same parameters mostly share one set (server::welcome); one
+        // with its own copy is compared value by value.
         let synced = conn
             .synced_to
             .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
-        let synced = synced && crate::gucs::same(conn.gucs.as_ref(), self.gucs.as_ref());
-        let prepared = self.statements.iter().all(|&id| conn.statements.touch(id));
-        if !synced || !prepared || !self.client.claim_handoff() {
-            return;
-        }
-        conn.sent_ahead = conn.stream.try_write(&self.bytes).unwrap_or(0);
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted) || **s == *self.wanted);
+        synced
+            && crate::gucs::same(conn.gucs.as_ref(), self.gucs.as_ref())
+            && self.statements.iter().all(|&id| conn.statements.touch(id))
     }
 }

@@ -51,6 +51,14 @@ impl Lease {
         }
     }
 
+    /// Sends waiting clients' requests behind the holder's (see pipeline); how many went.
+    pub fn board(&mut self, print: u16, age: std::time::Duration) -> usize {
+        match self.conn.as_deref_mut() {
+            Some(conn) => self.pool.board(conn, print, age),
+            None => 0,
+        }
+    }
+
     /// Returns a clean, idle server to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
@@ -156,7 +164,7 @@ impl Drop for Waiting {
             Some(Grant::Server(conn)) if conn.sent_ahead > 0 => self.pool.close_lent(*conn),
             Some(Grant::Server(conn)) => self.pool.checkin(conn),
             Some(Grant::Connect) => self.pool.abandon_slot(),
-            None => {}
+            Some(Grant::Lost) | None => {}
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod gates;
 mod janitor;
 mod lease;
 mod limit;
+mod pipeline;
 mod retry;
 
 use std::collections::VecDeque;
@@ -31,6 +32,7 @@ use crate::stats::Counters;
 pub use ahead::Ahead;
 pub use lease::Lease;
 pub use limit::{Limit, Limits};
+pub use pipeline::{Passenger, PipelineSettings};
 pub use weir_config::PoolMode;
 
 /// How a pool behaves; replaced whole on reload.
@@ -56,6 +58,8 @@ pub struct PoolSettings {
     /// read_write_split: what the database entry's routing knows (see split); None when
     /// the entry does not split, or the pool mode keeps a server for the whole session.
     pub split: Option<Arc<crate::split::Entry>>,
+    /// Pipelined transaction pooling (see pipeline); depth 0 in session mode.
+    pub pipeline: PipelineSettings,
 }
 
 enum Grant {
@@ -63,6 +67,20 @@ enum Grant {
     Server(Conn),
     /// A slot is yours: open a new connection in it.
     Connect,
+    /// Your request was sent to a server behind another's (pipeline), and the server was
+    /// lost before it reached you.
+    Lost,
+}
+
+/// What a client is told when its server went away while running its request: if that
+/// request was committing (a COMMIT, or a statement outside a transaction block), the
+/// commit may have been done and replicated with only its answer lost (seen in
+/// tests/failover_exact.rs), so it must not be told the transaction was rolled back.
+pub fn lost_request() -> PgError {
+    PgError::error(
+        "08006",
+        "server connection lost; the transaction was rolled back, unless the lost request was its commit (then whether it committed is unknown)",
+    )
 }
 
 enum Slot {
@@ -88,6 +106,8 @@ struct PoolState {
     /// Keys of the last client that logged in with SCRAM, for connections opened with no
     /// client at hand (min_pool_size) when the auth_file has no plaintext password.
     scram: Option<ScramCredential>,
+    /// Fingerprints of requests nothing is pipelined behind (pipeline).
+    slow: std::collections::HashSet<u16>,
 }
 
 struct Waiter {
@@ -115,6 +135,9 @@ pub struct Pool {
     /// A reload removed its database: its clients leave when their transaction ends (in
     /// session mode, when the one in progress ends), as a safe shutdown would have them.
     removed: std::sync::atomic::AtomicBool,
+    /// Clients may be waiting (set as one queues, cleared when the queue is seen empty):
+    /// lets a busy server's holder skip the lock when there is no one to pipeline.
+    queued: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -141,6 +164,7 @@ impl Pool {
             reader: arc_swap::ArcSwapOption::empty(),
             reads,
             removed: std::sync::atomic::AtomicBool::new(false),
+            queued: std::sync::atomic::AtomicBool::new(false),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);
@@ -253,6 +277,7 @@ impl Pool {
                                 tx,
                                 ahead: ahead.take(),
                             });
+                            self.queued.store(true, Ordering::Relaxed);
                             (Err(rx), matches!(other, Slot::Limited))
                         }
                     },
@@ -283,6 +308,7 @@ impl Pool {
             match grant {
                 // Just released by a client and already at work on our request.
                 Grant::Server(s) if s.sent_ahead > 0 => return Ok(Lease::new(s, self.clone())),
+                Grant::Lost => return Err(lost_request()),
                 Grant::Server(s) => {
                     if let Some(lease) = self.vet(s, &settings).await {
                         return Ok(lease);
@@ -538,8 +564,25 @@ impl Pool {
                 && now.saturating_duration_since(s.idle_since) >= settings.server_idle_timeout)
     }
 
-    /// Takes back a clean server: the longest waiter gets it, else it goes idle.
+    /// Takes back a clean server: the client whose request was pipelined behind the
+    /// last one gets it, else the longest waiter, else it goes idle.
     fn checkin(&self, mut conn: Conn) {
+        if let Some(next) = conn.passengers.pop_front() {
+            conn.sent_ahead = next.sent;
+            match next.hand(conn) {
+                Ok(()) => return,
+                Err(c) if c.sent_ahead > 0 => {
+                    // The passenger has gone: its request's answer is owed to nobody.
+                    crate::conn_log::server_closing(
+                        &c.info.0,
+                        "client gone while its request was pipelined",
+                    );
+                    self.close_lent(*c);
+                    return;
+                }
+                Err(c) => conn = c,
+            }
+        }
         let settings = self.settings();
         // Another pool waits on a shared limit this server counts against: unless a client
         // of this pool wants it, close it so that the other pool can connect (checked
@@ -586,7 +629,7 @@ impl Pool {
                     return;
                 }
                 Err(Grant::Server(c)) => conn = c,
-                Err(Grant::Connect) => return,
+                Err(Grant::Connect | Grant::Lost) => return,
             }
         }
         conn.idle_since = now;

@@ -25,6 +25,8 @@ pub struct Def {
     pub sql: bool,
     /// What running it may do to the session (client::state looks at each Bind of it).
     pub effects: crate::sql::effects::Effects,
+    /// One plain statement, which another client's may be pipelined behind (sql::pipeline).
+    pub plain: bool,
 }
 
 impl Def {
@@ -81,17 +83,20 @@ fn intern_in(sql: bool, body: &[u8]) -> Arc<Def> {
         body: body.clone(),
         valid: AtomicBool::new(false),
         sql,
-        effects: {
-            let text = if sql {
-                &body[..]
-            } else {
-                body.split(|&b| b == 0).next().unwrap_or_default()
-            };
-            crate::sql::effects::effects(text, true)
-        },
+        effects: crate::sql::effects::effects(def_text(sql, &body), true),
+        plain: !sql && crate::sql::pipeline::plain(def_text(sql, &body)),
     });
     map.insert(body, Arc::downgrade(&def));
     def
+}
+
+/// The query text of a statement's body.
+fn def_text(sql: bool, body: &[u8]) -> &[u8] {
+    if sql {
+        body
+    } else {
+        body.split(|&b| b == 0).next().unwrap_or_default()
+    }
 }
 
 /// Forgets the statement for new Parses of its text (they get a new one); those who hold

@@ -129,6 +129,8 @@ pub struct ClientStatements {
     pub ahead: Vec<Arc<Def>>,
     /// What the statements run since the relay last looked may do to the session.
     pub effects: crate::sql::effects::Effects,
+    /// A statement bound since the relay last looked is no plain one (sql::pipeline).
+    pub opaque: bool,
     /// The last batch, kept to run it again after PostgreSQL refused a stale plan.
     pub retry: super::retry::Retry,
 }

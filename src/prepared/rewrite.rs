@@ -142,6 +142,7 @@ pub fn client_message(
             if def.effects.flags != 0 {
                 p.effects.bind(&def.effects, rest);
             }
+            p.opaque |= !def.plain;
             put_bind(out, portal, &def, rest);
             sent_named(p, tag, stmt, &def);
             Edit::Replace

@@ -379,6 +379,8 @@ async fn attempt(
         sent_ahead: 0,
         statements: Default::default(),
         gucs: None,
+        passengers: Default::default(),
+        carry: Default::default(),
     };
     if let Some(q) = &target.connect_query {
         conn.run_internal(q, target.connect_timeout).await?;

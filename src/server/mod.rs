@@ -77,6 +77,12 @@ pub struct ServerConn {
     pub statements: crate::prepared::ServerStatements,
     /// The unreported settings a client left on it (see gucs); None when there are none.
     pub gucs: Option<Arc<Gucs>>,
+    /// Clients whose requests were written behind the running one (pool::pipeline), in
+    /// order: the first gets the server at the holder's last ReadyForQuery.
+    pub passengers: std::collections::VecDeque<crate::pool::Passenger>,
+    /// What the holder read past its last ReadyForQuery: the start of the first
+    /// passenger's answer, which it relays first.
+    pub carry: bytes::Bytes,
 }
 
 impl fmt::Debug for ServerConn {
@@ -114,6 +120,8 @@ impl ServerConn {
             sent_ahead,
             statements,
             gucs,
+            passengers,
+            carry,
         } = self;
         Ok(ServerConn {
             id,
@@ -130,6 +138,8 @@ impl ServerConn {
             sent_ahead,
             statements,
             gucs,
+            passengers,
+            carry,
         })
     }
 

@@ -7,6 +7,7 @@
 
 pub mod effects;
 pub mod lexer;
+pub mod pipeline;
 
 use lexer::{Spanned, Tok};
 

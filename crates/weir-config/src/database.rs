@@ -24,6 +24,8 @@ pub struct Database {
     pub auth_query: Option<String>,
     pub auth_dbname: Option<String>,
     pub pool_size: Option<u32>,
+    /// Weir's own: this database's `pipeline_depth` (0 turns pipelining off for it).
+    pub pipeline_depth: Option<u32>,
     pub min_pool_size: Option<u32>,
     /// Also accepted under its old name `reserve_pool`.
     pub reserve_pool_size: Option<u32>,
@@ -135,6 +137,10 @@ impl Database {
             "pool_size" => {
                 self.pool_size = count(value)?;
                 "pool_size"
+            }
+            "pipeline_depth" => {
+                self.pipeline_depth = count(value)?;
+                "pipeline_depth"
             }
             "min_pool_size" => {
                 self.min_pool_size = count(value)?;

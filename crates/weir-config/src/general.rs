@@ -12,6 +12,10 @@ const fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+const fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
 fn some(s: &str) -> Option<String> {
     Some(s.to_owned())
 }
@@ -158,6 +162,14 @@ general_options! {
     /// Zero disables peering.
     peer_id: u32 = 0;
     pidfile: Option<PathBuf> = None;
+    /// Weir's own option: in transaction and statement modes, how many waiting clients'
+    /// requests may be sent to a busy server behind the one it runs (pipelined
+    /// transaction pooling, see README); 0 turns it off. Only single-statement
+    /// implicit transactions go, behind one another.
+    pipeline_depth: u32 = 1;
+    /// Weir's own option: nothing is pipelined behind a request that has run this long,
+    /// nor behind one of the same text (or prepared statement) once it has.
+    pipeline_slow_query: Duration = millis(50);
     pkt_buf: u32 = 4096;
     /// Zero disables.
     pool_idle_timeout: Duration = secs(0);

@@ -60,6 +60,9 @@ pub const IMPLEMENTED: &[&str] = &[
     "min_pool_size",
     "peer_id",
     "pidfile",
+    // Weir's own (pipelined transaction pooling), not PgBouncer options.
+    "pipeline_depth",
+    "pipeline_slow_query",
     "pkt_buf",
     "pool_mode",
     "query_timeout",
@@ -128,6 +131,8 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "max_replica_lag",
     "min_pool_size",
     "password",
+    // Weir's own (pipelined transaction pooling), not a PgBouncer parameter.
+    "pipeline_depth",
     "pool_mode",
     "pool_size",
     "port",

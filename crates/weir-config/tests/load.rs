@@ -75,6 +75,8 @@ fn every_documented_option_is_accepted_and_typed() {
     assert_eq!(g.max_client_conn, 1000);
     assert_eq!(g.max_packet_size, 1_048_576);
     assert_eq!(g.pool_mode, PoolMode::Transaction);
+    assert_eq!(g.pipeline_depth, 2);
+    assert_eq!(g.pipeline_slow_query, Duration::from_millis(20));
     assert_eq!(g.query_wait_timeout, Duration::from_millis(500));
     assert_eq!(g.server_check_query.as_deref(), Some("select 1"));
     assert_eq!(g.server_reset_query.as_deref(), Some("DEALLOCATE ALL"));

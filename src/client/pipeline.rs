@@ -1,0 +1,163 @@
+//! The client's side of pipelined transaction pooling (pool::pipeline): which of its
+//! requests may share a server with another client's, and the hand-over of what the
+//! server sent past its own last ReadyForQuery.
+
+use super::relay::{BOARDED, CARRYING, PLAIN, UNNAMED_PLAIN, UNSYNCED};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+
+use super::Session;
+use crate::pool::Lease;
+use crate::protocol::framer::Frame;
+use crate::sql::pipeline::{fold, plain, PRINT_SEED};
+
+impl Session {
+    /// Follows, message by message, whether the request being framed is one plain
+    /// implicit transaction (sql::pipeline), and its fingerprint. Called before a message
+    /// is rewritten (prepared statements); the rewrite says whether a named statement it
+    /// binds is plain (`ClientStatements::opaque`).
+    pub(super) fn note_plain(&mut self, frame: &Frame) {
+        let tied = self.pinned() || self.listening();
+        let x = &mut self.exchange;
+        if x.pending == 0 && !x.has(UNSYNCED) {
+            x.flags &= !(UNNAMED_PLAIN | BOARDED);
+            let plain = x.status == b'I' && !tied && !x.has(CARRYING);
+            x.set(PLAIN, plain);
+            x.print = PRINT_SEED;
+        } else if x.pending > 0 {
+            // Behind a whole request: more than one transaction.
+            x.set(PLAIN, false);
+        }
+        if !x.has(PLAIN) {
+            return;
+        }
+        let body = frame.body.as_ref().and_then(|r| self.inbuf.get(r.clone()));
+        let ok = match (frame.tag, body) {
+            (b'Q', Some(b)) => match b.strip_suffix(b"\0") {
+                Some(text) => {
+                    x.print = fold(x.print, text);
+                    plain(text)
+                }
+                // Longer than the relay looks at.
+                None => false,
+            },
+            (b'P', Some(b)) => {
+                let mut parts = b.splitn(3, |&c| c == 0);
+                let name = parts.next().unwrap_or_default();
+                let text = parts.next().unwrap_or_default();
+                x.print = fold(x.print, text);
+                let ok = plain(text);
+                if name.is_empty() {
+                    x.set(UNNAMED_PLAIN, ok);
+                }
+                ok
+            }
+            (b'B', Some(b)) => {
+                let mut parts = b.splitn(3, |&c| c == 0);
+                let _portal = parts.next();
+                let statement = parts.next().unwrap_or_default();
+                x.print = fold(x.print, statement);
+                if statement.is_empty() {
+                    x.has(UNNAMED_PLAIN)
+                } else {
+                    // Tracked statements are known by their text; others are not.
+                    self.prepared_cap != 0
+                }
+            }
+            (b'E' | b'D' | b'H' | b'S', _) => true,
+            _ => false,
+        };
+        if !ok {
+            x.set(PLAIN, false);
+        }
+    }
+
+    /// Whether the request framed while queueing may be sent behind another client's:
+    /// one plain implicit transaction, whole, and nothing after it.
+    pub(super) fn may_go_behind(&self) -> bool {
+        let x = &self.exchange;
+        x.has(PLAIN)
+            && x.pending == 1
+            && !x.has(UNSYNCED)
+            && self.touched == 0
+            && !self.pinned()
+            && !self.listening()
+            && self.cframe.at_boundary()
+    }
+
+    /// Once the client's request is all written and owes only its answer, lets clients
+    /// waiting for a server send theirs behind it (pool::pipeline).
+    pub(super) fn board(&mut self, server: &mut Lease) {
+        let x = &self.exchange;
+        if x.pending != 1
+            || x.has(UNSYNCED)
+            || self.touched != 0
+            || self.held_back
+            || self.cframe.scanned() != 0
+            || !self.cframe.at_boundary()
+        {
+            return;
+        }
+        self.exchange.set(BOARDED, true);
+        let age = self.query_started.map_or(Duration::ZERO, |t| t.elapsed());
+        if server.board(self.exchange.print, age) > 0 {
+            self.exchange.set(CARRYING, true);
+        }
+    }
+
+    /// The client has gone with requests of others behind its own on the server: reads
+    /// its answer to the end, for nobody. False if the server failed or took too long.
+    pub(super) async fn drain_own_answer(&mut self, held: &mut Lease) -> bool {
+        use tokio::io::AsyncReadExt;
+        let limit = Instant::now() + super::INTERNAL_QUERY_TIMEOUT;
+        while self.exchange.pending > 0 {
+            let done = self.sframe.scanned();
+            self.outbuf.advance(done);
+            self.sframe.consumed(done);
+            crate::bufpool::ensure(&mut self.outbuf);
+            match crate::timers::timeout_at(limit, held.stream.read_buf(&mut self.outbuf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return false,
+            }
+            if self.scan_server(held).is_err() {
+                return false;
+            }
+        }
+        let done = self.sframe.scanned();
+        self.outbuf.advance(done);
+        self.sframe.consumed(done);
+        true
+    }
+
+    /// A plain request ran `us` microseconds: past pipeline_slow_query, the pool sends
+    /// nothing behind its like again.
+    pub(super) fn note_run_time(&self, us: u64) {
+        let slow = self.pool.settings().pipeline.slow;
+        if us >= slow.as_micros() as u64 {
+            self.pool.note_slow(self.exchange.print);
+        }
+    }
+
+    /// At the client's last ReadyForQuery with requests behind it: what was read past it
+    /// goes with the server to the next of them.
+    pub(super) fn hand_carry(&mut self, held: &mut Lease) {
+        let end = self.sframe.scanned();
+        if self.outbuf.len() > end {
+            held.carry = Bytes::copy_from_slice(&self.outbuf[end..]);
+            self.outbuf.truncate(end);
+        }
+        self.exchange.set(CARRYING, false);
+    }
+
+    /// The server came with the start of the answer to this client's request, read by
+    /// the client it ran behind: it is relayed first.
+    pub(super) fn take_carry(&mut self, held: &mut Lease) {
+        if held.carry.is_empty() {
+            return;
+        }
+        let carry = std::mem::take(&mut held.carry);
+        crate::bufpool::ensure(&mut self.outbuf);
+        self.outbuf.extend_from_slice(&carry);
+    }
+}

@@ -1,0 +1,145 @@
+//! Pipelined transaction pooling: a waiting client's request sent to a busy server.
+//!
+//! In transaction mode a server is idle for a whole round trip between one client's
+//! ReadyForQuery and the next client's request reaching it. When the pool has no idle
+//! server and clients wait, the task holding a server whose request is all written (and
+//! owes nothing but its answer) writes the request of the client at the head of the queue
+//! behind it, and keeps that client's grant: at its own ReadyForQuery the server goes
+//! straight to that client (pool::checkin), with the bytes of its answer already read
+//! (`ServerConn::carry`). The server works while the answer travels.
+//!
+//! Only when that is indistinguishable from running the two one after the other: both
+//! requests are one plain implicit transaction (sql::pipeline): one simple Query with one
+//! statement, or one extended-protocol batch ending in its Sync, that neither opens a
+//! transaction nor changes the session; and the server already holds the waiter's
+//! parameters, settings and statements (`Ahead::board`). An error in the first does not
+//! reach the second: PostgreSQL ends a failed simple Query at its ReadyForQuery, and
+//! after an error in an extended batch it skips only to that batch's Sync, which precedes
+//! the second request.
+//!
+//! A server lost with passengers aboard fails their requests as it fails its holder's
+//! (`Passenger`'s drop): each is told what a client whose server died under its request
+//! is told, and never has it run again (it may have run).
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{Grant, Pool};
+use crate::server::ServerConn;
+
+/// A waiting client whose request went to a server behind another's.
+pub struct Passenger {
+    tx: Option<oneshot::Sender<Grant>>,
+    /// Bytes of its request written.
+    pub(super) sent: usize,
+    /// All of them: another request may go behind it.
+    pub(super) whole: bool,
+}
+
+impl Passenger {
+    /// Hands `conn` over; gives it back if the client has gone.
+    pub(super) fn hand(mut self, conn: super::Conn) -> Result<(), super::Conn> {
+        let Some(tx) = self.tx.take() else {
+            return Err(conn);
+        };
+        match tx.send(Grant::Server(conn)) {
+            Ok(()) => Ok(()),
+            Err(Grant::Server(c)) => Err(c),
+            // Only a server is sent here.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Drop for Passenger {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Grant::Lost);
+        }
+    }
+}
+
+/// Settings of a pool's pipelining.
+#[derive(Debug, Clone, Copy)]
+pub struct PipelineSettings {
+    /// Requests that may wait behind the running one on a server; 0: off.
+    pub depth: usize,
+    /// Nothing goes behind a request that ran this long, or one that did before.
+    pub slow: Duration,
+}
+
+/// Fingerprints (sql::pipeline::fold) of requests that ran longer than `slow`, kept until
+/// there are this many, then forgotten all at once.
+const SLOW_KEPT: usize = 4096;
+
+impl Pool {
+    /// Sends the requests of the clients at the head of the queue to `conn`, behind the
+    /// holder's (fingerprint `print`, running for `age`), as far as depth allows.
+    /// Returns how many went.
+    pub(crate) fn board(&self, conn: &mut ServerConn, print: u16, age: Duration) -> usize {
+        if !self.queued.load(std::sync::atomic::Ordering::Relaxed) {
+            return 0;
+        }
+        let settings = self.settings();
+        let p = settings.pipeline;
+        if p.depth == 0
+            || age >= p.slow
+            || conn.stream.is_tls()
+            || settings.server_reset_query_always
+            || conn.passengers.back().is_some_and(|b| !b.whole)
+        {
+            return 0;
+        }
+        let mut boarded = 0;
+        {
+            let mut st = self.lock();
+            if st.slow.contains(&print) {
+                return 0;
+            }
+            while conn.passengers.len() < p.depth {
+                while st.waiters.front().is_some_and(|w| w.tx.is_closed()) {
+                    st.waiters.pop_front();
+                }
+                let Some(w) = st.waiters.front() else {
+                    break;
+                };
+                // Only the head: a waiter behind one that cannot go is not let past it.
+                let Some(sent) = w.ahead.as_ref().and_then(|a| a.board(conn)) else {
+                    break;
+                };
+                let Some(w) = st.waiters.pop_front() else {
+                    break;
+                };
+                let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == sent);
+                conn.passengers.push_back(Passenger {
+                    tx: Some(w.tx),
+                    sent,
+                    whole,
+                });
+                boarded += 1;
+                if !whole {
+                    break;
+                }
+            }
+            if st.waiters.is_empty() {
+                self.queued
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if boarded > 0 {
+            self.stats.add_pipelined(boarded as u64);
+        }
+        boarded
+    }
+
+    /// A plain request that ran longer than pipeline_slow_query: nothing is to be sent
+    /// behind its like again.
+    pub(crate) fn note_slow(&self, print: u16) {
+        let mut st = self.lock();
+        if st.slow.len() >= SLOW_KEPT {
+            st.slow.clear();
+        }
+        st.slow.insert(print);
+    }
+}

@@ -1,0 +1,140 @@
+//! Which statements may share a server's pipeline with another client's (pool::pipeline).
+//!
+//! A request may be sent behind another client's on the same server only when neither
+//! can change what the other sees: each must be one implicit transaction that leaves the
+//! session as it found it. So only an allow-list of first words passes (a query that
+//! reads or writes rows), as one statement, with nothing `sql::effects` would have to
+//! read back. Anything else, or anything this cannot tell, is not pipelined.
+
+use super::effects;
+use super::lexer::{tokens, Tok};
+
+/// Statements that run inside the implicit transaction their message opens and end with
+/// it. Not CALL (a procedure may COMMIT), not DO, not the utility commands.
+const PLAIN_STARTS: [&str; 8] = [
+    "select", "insert", "update", "delete", "with", "values", "table", "show",
+];
+
+/// Whether `sql` (a Query's text, or a Parse's, without its NUL) is one plain statement.
+pub fn plain(sql: &[u8]) -> bool {
+    if contains_ignore_case(sql, b"set_config") {
+        // It may set a reported parameter, which effects does not flag (the relay follows
+        // ParameterStatus), but a request sent behind it would run with the new value.
+        return false;
+    }
+    if effects::effects(sql, true).flags != 0 {
+        return false;
+    }
+    let start = sql
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(sql.len());
+    let rest = &sql[start..];
+    let simple_start = rest.first().is_some_and(u8::is_ascii_alphabetic);
+    if simple_start && !sql.contains(&b';') {
+        let end = rest
+            .iter()
+            .position(|c| !c.is_ascii_alphanumeric() && *c != b'_')
+            .unwrap_or(rest.len());
+        return PLAIN_STARTS
+            .iter()
+            .any(|w| rest[..end].eq_ignore_ascii_case(w.as_bytes()));
+    }
+    // Comments, parentheses or semicolons: the lexer says where statements start.
+    let Ok(text) = std::str::from_utf8(sql) else {
+        return false;
+    };
+    let toks = tokens(text);
+    let mut statements = toks.split(|t| t.tok == Tok::Semi).filter(|s| !s.is_empty());
+    let (Some(one), None) = (statements.next(), statements.next()) else {
+        return false;
+    };
+    let first = one.iter().find(|t| t.tok != Tok::Punct(b'('));
+    matches!(first.map(|t| &t.tok), Some(Tok::Word(w)) if PLAIN_STARTS.contains(&w.as_str()))
+}
+
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.len() >= needle.len()
+        && hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// Folds `bytes` into a request's fingerprint (FNV-1a, xor-folded to 16 bits): the pool
+/// remembers the ones that ran long, and sends nothing behind them again.
+pub fn fold(print: u16, bytes: &[u8]) -> u16 {
+    let mut h = 0x811c_9dc5_u32 ^ u32::from(print);
+    for &b in bytes {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    ((h >> 16) ^ h) as u16
+}
+
+/// The fingerprint a request starts from.
+pub const PRINT_SEED: u16 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn reads_and_writes_of_rows_are_plain() {
+        for sql in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7",
+            "select 1",
+            "  UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = $1",
+            "INSERT INTO t VALUES (1)",
+            "delete from t where id = 3",
+            "WITH x AS (SELECT 1) SELECT * FROM x",
+            "VALUES (1), (2)",
+            "TABLE t",
+            "SHOW search_path",
+            "SELECT 1;",
+            "SELECT ';' AS semi",
+            "/* app */ SELECT 1",
+            "(SELECT 1) UNION (SELECT 2)",
+            "SELECT * FROM t FOR UPDATE",
+            "SELECT pg_sleep(0.01)",
+        ] {
+            assert!(plain(sql.as_bytes()), "{sql}");
+        }
+    }
+
+    #[test]
+    fn whatever_may_change_the_session_or_the_transaction_is_not() {
+        for sql in [
+            "BEGIN",
+            "begin; select 1",
+            "START TRANSACTION",
+            "COMMIT",
+            "ROLLBACK",
+            "SELECT 1; SELECT 2",
+            "SELECT 1; COMMIT",
+            "SET search_path = x",
+            "RESET ALL",
+            "SELECT set_config('application_name', 'x', false)",
+            "SELECT SET_CONFIG('TimeZone', 'UTC', true)",
+            "SELECT pg_advisory_lock(1)",
+            "SELECT * INTO TEMP t FROM x",
+            "PREPARE p AS SELECT 1",
+            "EXECUTE p",
+            "DEALLOCATE ALL",
+            "LISTEN c",
+            "NOTIFY c",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "COPY t FROM STDIN",
+            "DISCARD ALL",
+            "LOCK TABLE t",
+            "CALL p()",
+            "DO $$ BEGIN END $$",
+            "CREATE TABLE t (id int)",
+            "VACUUM",
+            "",
+            "  ",
+            "-- only a comment",
+        ] {
+            assert!(!plain(sql.as_bytes()), "{sql}");
+        }
+    }
+}

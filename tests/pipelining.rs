@@ -1,0 +1,303 @@
+//! Pipelined transaction pooling (pool::pipeline): a queued client's request sent to a
+//! busy server behind another client's. Each case puts two clients, A then B, in the
+//! queue of a one-server pool while a third holds the server, so that when the server
+//! comes to A, B's request goes behind A's: what each sees must be what it would see
+//! with the server to itself.
+
+// Tests run on their own runtime, which has a time driver (clippy.toml is for Weir's
+// workers).
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::console::ok;
+use common::proto::RawConn;
+use common::*;
+use tokio_postgres::Client;
+
+fn one_server(pg: &PgServer, depth: Option<u32>) -> Weir {
+    let mut b = Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres");
+    if let Some(d) = depth {
+        b = b.set("pipeline_depth", d);
+    }
+    b.start()
+}
+
+fn admin(port: u16) -> RawConn {
+    RawConn::startup(port, "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
+}
+
+/// Requests of the database `postgres` sent behind another's so far (SHOW STATS).
+fn pipelined(weir: &Weir) -> i64 {
+    pipelined_at(weir.port())
+}
+
+fn pipelined_at(port: u16) -> i64 {
+    ok(&mut admin(port), "SHOW STATS").num("database", "postgres", "total_pipelined_count")
+}
+
+/// Clients waiting for a server, as SHOW POOLS counts them.
+fn waiting(weir: &Weir) -> i64 {
+    ok(&mut admin(weir.port()), "SHOW POOLS").num("database", "postgres", "cl_waiting")
+}
+
+/// Runs `first(A)` and then `second(B)` queued, in that order, behind a query of a third
+/// client that holds the pool's one server for `hold` seconds; returns what each gave.
+async fn queued_pair<FA, FB, RA, RB>(
+    weir: &Weir,
+    hold: f64,
+    first: impl FnOnce(Client) -> FA,
+    second: impl FnOnce(Client) -> FB,
+) -> (RA, RB)
+where
+    FA: Future<Output = RA> + Send + 'static,
+    FB: Future<Output = RB> + Send + 'static,
+    RA: Send + 'static,
+    RB: Send + 'static,
+{
+    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let b = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    queued_pair_of(weir, hold, (a, first), (b, second)).await
+}
+
+/// `queued_pair` with clients already connected.
+async fn queued_pair_of<FA, FB, RA, RB>(
+    weir: &Weir,
+    hold: f64,
+    (a, first): (Client, impl FnOnce(Client) -> FA),
+    (b, second): (Client, impl FnOnce(Client) -> FB),
+) -> (RA, RB)
+where
+    FA: Future<Output = RA> + Send + 'static,
+    FB: Future<Output = RB> + Send + 'static,
+    RA: Send + 'static,
+    RB: Send + 'static,
+{
+    let x = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let before = waiting(weir);
+    let holder = tokio::spawn(async move {
+        q(&x, &format!("select pg_sleep({hold})")).await.unwrap();
+        x
+    });
+    // The holder's query has reached the server once a client queues behind it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let a_task = tokio::spawn(first(a));
+    assert!(
+        eventually(TIMEOUT, || waiting(weir) == before + 1),
+        "A did not queue: {} waiting",
+        waiting(weir)
+    );
+    let b_task = tokio::spawn(second(b));
+    assert!(
+        eventually(TIMEOUT, || waiting(weir) == before + 2),
+        "B did not queue: {} waiting",
+        waiting(weir)
+    );
+    let ra = tokio::time::timeout(TIMEOUT, a_task)
+        .await
+        .expect("A hung")
+        .unwrap();
+    let rb = tokio::time::timeout(TIMEOUT, b_task)
+        .await
+        .expect("B hung")
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, holder)
+        .await
+        .expect("holder hung")
+        .unwrap();
+    (ra, rb)
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    expect_db_error(e).code
+}
+
+/// An error in the first request does not reach the one behind it, in the simple and in
+/// the extended protocol (where PostgreSQL skips, after an error, to the failed batch's
+/// Sync, which comes before the second request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_stays_with_its_request() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg, None);
+    let (a, b) = queued_pair(
+        &weir,
+        0.5,
+        |a| async move { (q(&a, "select 1/0").await.map_err(|e| code(&e)), a) },
+        |b| async move { (q(&b, "select 'b'").await.unwrap(), b) },
+    )
+    .await;
+    assert_eq!(a.0, Err("22012".to_string()));
+    assert_eq!(b.0, vec![Some("b".to_string())]);
+    assert_eq!(pipelined(&weir), 1, "B's request did not go behind A's");
+    // Both go on, on whatever server.
+    assert_eq!(q1(&a.1, "select 'a again'").await, "a again");
+    assert_eq!(q1(&b.1, "select 'b again'").await, "b again");
+
+    // Extended protocol: Parse/Bind/Execute/Sync, a parameter each.
+    // Prepared first: a Parse of a statement new to the pool waits for a server to be
+    // rewritten for, and so never goes ahead of it.
+    let before = pipelined(&weir);
+    let (a, b) = (a.1, b.1);
+    let sa = a.prepare("select 1 / $1::int").await.unwrap();
+    let sb = b.prepare("select $1::text || '!'").await.unwrap();
+    let (a, b) = queued_pair_of(
+        &weir,
+        0.5,
+        (a, |a: Client| async move {
+            a.query(&sa, &[&0i32])
+                .await
+                .map(|_| ())
+                .map_err(|e| code(&e))
+        }),
+        (b, |b: Client| async move {
+            let rows = b.query(&sb, &[&"b"]).await.unwrap();
+            rows[0].get::<_, String>(0)
+        }),
+    )
+    .await;
+    assert_eq!(a, Err("22012".to_string()));
+    assert_eq!(b, "b!");
+    assert!(
+        pipelined(&weir) > before,
+        "no extended request went behind another"
+    );
+}
+
+/// The first request kills its server (a FATAL): the request behind it never ran, and
+/// its client is told the server was lost (08006), keeps its connection, and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_server_fails_the_request_behind_as_its_own() {
+    let pg = PgServer::start();
+    pg.exec("create table behind_lost (id int)");
+    let weir = one_server(&pg, None);
+    let (a, b) = queued_pair(
+        &weir,
+        0.5,
+        |a| async move {
+            let r = q(&a, "select pg_terminate_backend(pg_backend_pid())").await;
+            (r.map_err(|e| code(&e)), a)
+        },
+        |b| async move {
+            let r = q(&b, "insert into behind_lost values (1)").await;
+            (r.map_err(|e| code(&e)), b)
+        },
+    )
+    .await;
+    assert_eq!(pipelined(&weir), 1, "B's request did not go behind A's");
+    assert_eq!(a.0, Err("57P01".to_string()));
+    assert_eq!(b.0, Err("08006".to_string()));
+    // Not run behind the lost server's back, and not run again elsewhere.
+    assert_eq!(pg.psql("select count(*) from behind_lost").trim(), "0");
+    assert_eq!(q1(&b.1, "select 'b again'").await, "b again");
+    assert_eq!(q1(&a.1, "select 'a again'").await, "a again");
+}
+
+/// A cancel for a client whose request waits behind another's does not cancel the other
+/// (it is held until its own request runs, then cancels that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_only_its_own_request() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg, None);
+    let port = weir.port();
+    let (a, b) = queued_pair(
+        &weir,
+        0.4,
+        |a| async move {
+            q(&a, "select pg_sleep(1.5), 'a'")
+                .await
+                .map_err(|e| code(&e))
+        },
+        move |b| async move {
+            let token = b.cancel_token();
+            let canceller = tokio::spawn(async move {
+                // Once B's request has gone behind A's.
+                let aboard = tokio::task::spawn_blocking(move || {
+                    eventually(TIMEOUT, || pipelined_at(port) == 1)
+                });
+                assert!(aboard.await.unwrap());
+                token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+            });
+            let r = q(&b, "select pg_sleep(5), 'b'").await.map_err(|e| code(&e));
+            canceller.await.unwrap();
+            r
+        },
+    )
+    .await;
+    assert!(a.is_ok(), "A's query was cancelled: {a:?}");
+    assert_eq!(b, Err("57014".to_string()));
+}
+
+/// Nothing goes behind a transaction block or a session change, and a depth of 0 turns
+/// pipelining off: the clients still get their own answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_plain_requests_share_a_server() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg, None);
+    for first in [
+        "set application_name = 'a'",
+        "begin; select 1; commit",
+        "select set_config('application_name', 'a', false)",
+    ] {
+        let (_, b) = queued_pair(
+            &weir,
+            0.3,
+            |a| async move { q(&a, first).await.unwrap() },
+            |b| async move { q1(&b, "show application_name").await },
+        )
+        .await;
+        assert_eq!(b, "", "after {first}");
+    }
+    assert_eq!(pipelined(&weir), 0);
+
+    let off = one_server(&pg, Some(0));
+    let (a, b) = queued_pair(
+        &off,
+        0.3,
+        |a| async move { q1(&a, "select 'a'").await },
+        |b| async move { q1(&b, "select 'b'").await },
+    )
+    .await;
+    assert_eq!((a.as_str(), b.as_str()), ("a", "b"));
+    assert_eq!(pipelined(&off), 0);
+}
+
+/// Many clients on few servers, single-statement writes: every write counted once (none
+/// lost, none run twice), no failed transaction, and requests did go behind others.
+#[test]
+fn pgbench_writes_each_once() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .set("max_client_conn", 200)
+        .set("admin_users", "postgres")
+        .start();
+    pgbench_direct(&pg, "postgres", "postgres", &["-i", "-s", "1", "-q"]).assert_ok();
+    let script = weir.dir().join("update.sql");
+    std::fs::write(
+        &script,
+        "\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n",
+    )
+    .unwrap();
+    let script = script.display().to_string();
+    let (clients, per_client) = (24, 100);
+    for protocol in ["simple", "extended", "prepared"] {
+        let (c, t) = (clients.to_string(), per_client.to_string());
+        let args = [
+            "-n", "-c", &c, "-j", "2", "-t", &t, "-M", protocol, "-f", &script,
+        ];
+        pgbench_via(&weir, "postgres", "postgres", &args).assert_clean();
+        let args = ["-n", "-c", &c, "-j", "2", "-T", "2", "-M", protocol, "-S"];
+        pgbench_via(&weir, "postgres", "postgres", &args).assert_clean();
+    }
+    let sum = pg.psql("select sum(abalance) from pgbench_accounts");
+    assert_eq!(sum.trim(), (3 * clients * per_client).to_string());
+    assert!(pipelined(&weir) > 0, "nothing was pipelined");
+}
