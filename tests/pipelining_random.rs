@@ -210,6 +210,13 @@ fn template_k(k: u64, rng: &mut Rng, i: i32) -> (String, Vec<P>) {
             "select x::text from no_such_table where x = $1".into(),
             vec![P::I(i)],
         ),
+        11 if rng.chance(30) => (
+            "select length($1)::text, $2::text".into(),
+            vec![
+                P::T("z".repeat(rng.int(1000, 300_000) as usize)),
+                P::I(i),
+            ],
+        ),
         _ => (
             "select to_char('2024-03-05 12:34:56'::timestamp, 'YYYY') || ' ' || '2024-03-05'::date::text"
                 .into(),
@@ -295,6 +302,17 @@ fn statement(rng: &mut Rng, i: i32) -> String {
             "with u as (update t set val = val * 2 where owner = {i} and id % 5 = {} returning val) \
              select count(*), coalesce(sum(val), 0) from u",
             rng.below(5)
+        ),
+        // Large answers and large requests: more than a socket buffer, so that a request
+        // goes behind another in several writes and answers arrive in pieces.
+        19 if rng.chance(30) => format!(
+            "select k, repeat(v, {}) from s where k < {} order by k",
+            rng.int(1, 3000),
+            rng.int(1, 40)
+        ),
+        19 if rng.chance(30) => format!(
+            "select length('{}'), {i}",
+            "y".repeat(rng.int(1000, 300_000) as usize)
         ),
         _ => format!("select {} + {}", rng.below(1000), rng.below(1000)),
     }
@@ -466,7 +484,7 @@ fn simple_text(r: Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>) -> Str
                 SimpleQueryMessage::Row(row) => format!(
                     "R[{}]",
                     (0..row.len())
-                        .map(|c| row.get(c).unwrap_or("NULL"))
+                        .map(|c| short(row.get(c).unwrap_or("NULL")))
                         .collect::<Vec<_>>()
                         .join("|")
                 ),
@@ -494,7 +512,7 @@ fn rows_text(r: Result<Vec<Row>, tokio_postgres::Error>) -> String {
             for row in &rows {
                 let vals: Vec<String> = (0..row.len())
                     .map(|c| match row.try_get::<_, Option<String>>(c) {
-                        Ok(Some(s)) => s,
+                        Ok(Some(s)) => short(&s).into_owned(),
                         Ok(None) => "NULL".into(),
                         Err(_) => format!("<{}>", row.columns()[c].type_()),
                     })
@@ -506,6 +524,27 @@ fn rows_text(r: Result<Vec<Row>, tokio_postgres::Error>) -> String {
         }
         Err(e) => err_text(&e),
     }
+}
+
+/// A step as printed: long texts cut.
+fn brief(step: &Step) -> String {
+    let text = format!("{step:?}");
+    match text.char_indices().nth(400) {
+        Some((at, _)) => format!("{}... ({} bytes)", &text[..at], text.len()),
+        None => text,
+    }
+}
+
+/// A long value as its length and a hash (the replies are printed on a mismatch).
+fn short(v: &str) -> std::borrow::Cow<'_, str> {
+    if v.len() <= 200 {
+        return v.into();
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("<{} bytes, fnv {h:016x}>", v.len()).into()
 }
 
 fn is_cancelled(reply: &str) -> bool {
@@ -784,8 +823,13 @@ impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "client {} (seed {}), operation {}: {:?}\n  via weir: {}\n  direct:   {}\n  steps before (last 40):",
-            self.client, self.seed, self.op, self.step, self.weir, self.direct
+            "client {} (seed {}), operation {}: {}\n  via weir: {}\n  direct:   {}\n  steps before (last 40):",
+            self.client,
+            self.seed,
+            self.op,
+            brief(&self.step),
+            self.weir,
+            self.direct
         )?;
         for h in &self.history {
             writeln!(f, "    {h}")?;
@@ -868,7 +912,7 @@ async fn run_client(
                 }
                 _ => {}
             }
-            history.push(format!("op {op}: {step:?} -> {weir}"));
+            history.push(format!("op {op}: {} -> {weir}", brief(&step)));
         }
     }
     Ok(tally)
