@@ -135,6 +135,10 @@ enum Step {
     /// (cancelled, or run if the cancel came first); what matters is that no other client
     /// is hit, which their own comparisons check.
     EarlyCancel { ms: u64, tag: String },
+    /// Through Weir only: another connection of the same client sends a query and leaves
+    /// after `ms`, its request maybe still queued or pipelined behind another's; nothing of
+    /// it may reach anyone else.
+    Abandon { ms: u64 },
 }
 
 /// Extended-protocol statements with parameters, generated for client `i`.
@@ -435,6 +439,7 @@ fn operation(rng: &mut Rng, i: i32, kept: &[u64]) -> Vec<Step> {
             ms: rng.below(30),
             tag: format!("e{i}_{}", rng.below(1 << 40)),
         }],
+        994..=996 => vec![Step::Abandon { ms: rng.below(10) }],
         _ => vec![Step::Simple(statement(rng, i))],
     }
 }
@@ -557,6 +562,7 @@ fn is_cancelled(reply: &str) -> bool {
 /// One side (through Weir or direct) of a client.
 struct Side {
     client: Client,
+    port: u16,
     db: &'static str,
     kept: Vec<Statement>,
 }
@@ -641,6 +647,17 @@ impl Side {
                 }
                 query.await
             }
+            Step::Abandon { ms } => {
+                let other = match connect(self.port, self.db, "postgres").await {
+                    Ok(c) => c,
+                    Err(e) => return format!("cannot connect: {e}"),
+                };
+                let sql = "select pg_sleep(0.005), k, v from s order by k";
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(*ms), other.simple_query(sql)).await;
+                drop(other);
+                "ok".into()
+            }
             Step::EarlyCancel { ms, tag } => {
                 // Weir clears the client's link to its last server just after relaying
                 // the last ReadyForQuery; a cancel sent before that reaches the server,
@@ -691,6 +708,7 @@ struct Tally {
     transactions: usize,
     cancels: usize,
     early_cancels: usize,
+    abandoned: usize,
     /// Steps run again after a late signal cancelled them.
     retried: usize,
 }
@@ -712,6 +730,7 @@ impl Tally {
             }
             Step::Cancel { .. } => self.cancels += 1,
             Step::EarlyCancel { .. } => self.early_cancels += 1,
+            Step::Abandon { .. } => self.abandoned += 1,
             _ => self.extended += 1,
         }
         if reply.starts_with("E ") {
@@ -727,6 +746,7 @@ impl Tally {
         self.transactions += o.transactions;
         self.cancels += o.cancels;
         self.early_cancels += o.early_cancels;
+        self.abandoned += o.abandoned;
         self.retried += o.retried;
     }
 }
@@ -735,7 +755,7 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} steps: {} simple, {} extended, {} errors, {} transactions, {} cancels, {} early cancels, {} run again after a late signal",
+            "{} steps: {} simple, {} extended, {} errors, {} transactions, {} cancels, {} early cancels, {} abandoned, {} run again after a late signal",
             self.steps,
             self.simple,
             self.extended,
@@ -743,6 +763,7 @@ impl std::fmt::Display for Tally {
             self.transactions,
             self.cancels,
             self.early_cancels,
+            self.abandoned,
             self.retried
         )
     }
@@ -852,6 +873,7 @@ async fn run_client(
             client: connect(port, db, "postgres")
                 .await
                 .unwrap_or_else(|e| panic!("client {i} cannot connect to {db}: {e:?}")),
+            port,
             db,
             kept: Vec::new(),
         }
@@ -868,7 +890,7 @@ async fn run_client(
         let alone = steps.len() == 1;
         for step in steps {
             let (mut weir, mut direct) = match &step {
-                Step::EarlyCancel { .. } => {
+                Step::EarlyCancel { .. } | Step::Abandon { .. } => {
                     let weir = w.step(&step, &monitor).await;
                     let direct = match weir.starts_with("ok") {
                         true => weir.clone(),
@@ -963,11 +985,13 @@ async fn run(depth: u32, per_database: bool) -> i64 {
     let pg = PgServer::start();
     databases(&pg);
     let mut connstr = format!("host=127.0.0.1 port={} dbname=rand_weir", pg.port());
+    let http = free_port();
     let mut builder = Weir::builder()
         .set("pool_mode", "transaction")
         .set("default_pool_size", POOL)
         .set("max_client_conn", 200)
-        .set("admin_users", "postgres");
+        .set("admin_users", "postgres")
+        .set("http_listen", format!("127.0.0.1:{http}"));
     if per_database {
         connstr.push_str(&format!(" pipeline_depth={depth}"));
     } else {
@@ -1053,6 +1077,23 @@ async fn run(depth: u32, per_database: bool) -> i64 {
         true => stats.num("database", "rand_weir", "total_pipelined_count"),
         false => -1,
     };
+    if pipelined >= 0 {
+        // /metrics counts the same requests.
+        let from_metrics = || {
+            let body = http_get(http, "/metrics")
+                .map(|r| r.body)
+                .unwrap_or_default();
+            body.lines()
+                .filter(|l| l.starts_with("weir_pool_pipelined_requests_total{"))
+                .filter(|l| l.contains("database=\"rand_weir\""))
+                .find_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        };
+        assert!(
+            eventually(TIMEOUT, || from_metrics() == Some(pipelined as f64)),
+            "/metrics weir_pool_pipelined_requests_total for rand_weir is {:?}, SHOW STATS says {pipelined}",
+            from_metrics()
+        );
+    }
     eprintln!(
         "pipeline_depth {depth}: {CLIENTS} clients, all replies equal ({steps}); \
          {pipelined} requests pipelined; {late} late cancel signals, which stopped clients \
