@@ -27,6 +27,8 @@ use common::console::*;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row, SimpleQueryMessage, Statement};
 
@@ -139,6 +141,13 @@ enum Step {
     /// after `ms`, its request maybe still queued or pipelined behind another's; nothing of
     /// it may reach anyone else.
     Abandon { ms: u64 },
+    /// On a raw connection, several requests in one write, as libpq's pipeline mode and
+    /// batching drivers send them: `syncs` ReadyForQuery to wait for.
+    Raw {
+        bytes: Vec<u8>,
+        syncs: usize,
+        text: String,
+    },
 }
 
 /// Extended-protocol statements with parameters, generated for client `i`.
@@ -393,7 +402,8 @@ fn in_transaction(rng: &mut Rng, i: i32) -> Step {
 fn operation(rng: &mut Rng, i: i32, kept: &[u64]) -> Vec<Step> {
     let roll = rng.below(1000);
     match roll {
-        0..=279 => vec![Step::Simple(statement(rng, i))],
+        0..=39 => vec![raw(rng, i)],
+        40..=279 => vec![Step::Simple(statement(rng, i))],
         280..=359 => {
             let n = rng.int(2, 4);
             let parts: Vec<String> = (0..n)
@@ -441,6 +451,163 @@ fn operation(rng: &mut Rng, i: i32, kept: &[u64]) -> Vec<Step> {
         }],
         994..=996 => vec![Step::Abandon { ms: rng.below(10) }],
         _ => vec![Step::Simple(statement(rng, i))],
+    }
+}
+
+/// Requests sent in one write: extended batches each ending in Sync (an error skips only
+/// to its Sync), several Executes under one Sync (one implicit transaction: an error
+/// undoes the earlier ones), simple Queries.
+fn raw(rng: &mut Rng, i: i32) -> Step {
+    use common::proto;
+    let mut bytes = Vec::new();
+    let mut syncs = 0;
+    let mut text = Vec::new();
+    for _ in 0..rng.int(1, 4) {
+        let n = rng.int(1, 3);
+        let simple = rng.chance(25);
+        let mut parts = Vec::new();
+        for _ in 0..n {
+            let id = i * 1000 + rng.int(0, OWN_RANGE - 1);
+            let (sql, params): (String, Vec<String>) = match rng.below(6) {
+                0 => (
+                    "select id, val, note from t where owner = $1 order by id".into(),
+                    vec![i.to_string()],
+                ),
+                1 => (
+                    "update t set val = val + $2 where id = $1 returning id, val".into(),
+                    vec![id.to_string(), rng.int(-3, 3).to_string()],
+                ),
+                2 => (
+                    "insert into t values ($1, $2, 7, 'raw') returning id".into(),
+                    vec![id.to_string(), i.to_string()],
+                ),
+                3 => (
+                    "select $1::int / $2::int".into(),
+                    vec![rng.int(0, 9).to_string(), rng.int(0, 2).to_string()],
+                ),
+                4 => (
+                    "select v from s where k = $1".into(),
+                    vec![rng.int(0, 99).to_string()],
+                ),
+                _ => ("select * from no_such_table".into(), vec![]),
+            };
+            if simple {
+                // The same statement inline (parameters are numbers).
+                let mut inline = sql.clone();
+                for (n, p) in params.iter().enumerate().rev() {
+                    inline = inline.replace(&format!("${}", n + 1), p);
+                }
+                parts.push(inline);
+                continue;
+            }
+            let refs: Vec<Option<&str>> = params.iter().map(|p| Some(p.as_str())).collect();
+            bytes.extend(proto::parse("", &sql));
+            bytes.extend(proto::bind("", "", &refs));
+            bytes.extend(proto::describe(b'P', ""));
+            bytes.extend(proto::execute("", 0));
+            text.push(format!("{sql} {params:?}"));
+        }
+        if simple {
+            let q = parts.join("; ");
+            bytes.extend(proto::query(&q));
+            text.push(format!("Q {q}"));
+        } else {
+            bytes.extend(proto::sync());
+            text.push("Sync".into());
+        }
+        syncs += 1;
+    }
+    Step::Raw {
+        bytes,
+        syncs,
+        text: text.join(" | "),
+    }
+}
+
+/// A raw protocol connection (tokio), logged in with trust.
+struct RawSide {
+    stream: BufReader<TcpStream>,
+}
+
+impl RawSide {
+    async fn connect(port: u16, db: &str) -> RawSide {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap_or_else(|e| panic!("raw connect to {db}: {e}"));
+        let mut side = RawSide {
+            stream: BufReader::new(stream),
+        };
+        let startup = common::proto::startup_message(&[("user", "postgres"), ("database", db)]);
+        side.stream.get_mut().write_all(&startup).await.unwrap();
+        loop {
+            let (tag, body) = side.read().await.expect("raw login");
+            assert_ne!(
+                tag,
+                b'E',
+                "raw login to {db}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            if tag == b'Z' {
+                return side;
+            }
+        }
+    }
+
+    async fn read(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+        let tag = self.stream.read_u8().await?;
+        let len = self.stream.read_u32().await? as usize;
+        let mut body = vec![0; len.saturating_sub(4)];
+        self.stream.read_exact(&mut body).await?;
+        Ok((tag, body))
+    }
+
+    /// Sends `bytes` in one write and renders every message up to the `syncs`-th
+    /// ReadyForQuery (ParameterStatus left out: a pooler reports its own).
+    async fn run(&mut self, bytes: &[u8], syncs: usize) -> String {
+        if let Err(e) = self.stream.get_mut().write_all(bytes).await {
+            return format!("X write: {e}");
+        }
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while seen < syncs {
+            let (tag, body) = match self.read().await {
+                Ok(m) => m,
+                Err(e) => {
+                    out.push(format!("X read: {e}"));
+                    break;
+                }
+            };
+            out.push(match tag {
+                b'S' => continue,
+                b'Z' => {
+                    seen += 1;
+                    format!("Z{}", body.first().map_or('?', |&b| b as char))
+                }
+                b'D' => format!(
+                    "D[{}]",
+                    common::proto::data_row(&body)
+                        .iter()
+                        .map(|c| c.as_deref().unwrap_or("NULL"))
+                        .collect::<Vec<_>>()
+                        .join("|")
+                ),
+                b'T' => format!(
+                    "T[{}]",
+                    row_description(&body)
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                b'C' => format!("C[{}]", cstr(&body).0),
+                b'E' | b'N' => {
+                    let e = common::proto::parse_error(&body);
+                    format!("{} {} {}", tag as char, e.code, e.message)
+                }
+                t => (t as char).to_string(),
+            });
+        }
+        out.join(" ")
     }
 }
 
@@ -533,7 +700,10 @@ fn rows_text(r: Result<Vec<Row>, tokio_postgres::Error>) -> String {
 
 /// A step as printed: long texts cut.
 fn brief(step: &Step) -> String {
-    let text = format!("{step:?}");
+    let text = match step {
+        Step::Raw { syncs, text, .. } => format!("Raw ({syncs} syncs): {text}"),
+        _ => format!("{step:?}"),
+    };
     match text.char_indices().nth(400) {
         Some((at, _)) => format!("{}... ({} bytes)", &text[..at], text.len()),
         None => text,
@@ -565,6 +735,8 @@ struct Side {
     port: u16,
     db: &'static str,
     kept: Vec<Statement>,
+    /// Opened at the first `Step::Raw`.
+    raw: Option<RawSide>,
 }
 
 impl Side {
@@ -646,6 +818,15 @@ impl Side {
                     return query.await + &format!(" (cancel request failed: {e})");
                 }
                 query.await
+            }
+            Step::Raw { bytes, syncs, .. } => {
+                if self.raw.is_none() {
+                    self.raw = Some(RawSide::connect(self.port, self.db).await);
+                }
+                match &mut self.raw {
+                    Some(r) => r.run(bytes, *syncs).await,
+                    None => unreachable!(),
+                }
             }
             Step::Abandon { ms } => {
                 let other = match connect(self.port, self.db, "postgres").await {
@@ -876,6 +1057,7 @@ async fn run_client(
             port,
             db,
             kept: Vec::new(),
+            raw: None,
         }
     };
     let mut w = connect_side(weir_port, "rand_weir").await;
