@@ -148,6 +148,9 @@ enum Step {
         syncs: usize,
         text: String,
     },
+    /// On the raw connection: Parse/Bind/Describe/Execute and Flush, the answer read up to
+    /// its CommandComplete or error, then the Sync: a request not whole until its Sync.
+    RawFlush { sql: String, params: Vec<String> },
 }
 
 /// Extended-protocol statements with parameters, generated for client `i`.
@@ -402,7 +405,14 @@ fn in_transaction(rng: &mut Rng, i: i32) -> Step {
 fn operation(rng: &mut Rng, i: i32, kept: &[u64]) -> Vec<Step> {
     let roll = rng.below(1000);
     match roll {
-        0..=39 => vec![raw(rng, i)],
+        0..=34 => vec![raw(rng, i)],
+        35..=39 => vec![Step::RawFlush {
+            sql: "update t set val = val + $2 where id = $1 returning id, val".into(),
+            params: vec![
+                (i * 1000 + rng.int(0, OWN_RANGE - 1)).to_string(),
+                rng.int(-3, 3).to_string(),
+            ],
+        }],
         40..=279 => vec![Step::Simple(statement(rng, i))],
         280..=359 => {
             let n = rng.int(2, 4);
@@ -561,6 +571,39 @@ impl RawSide {
         Ok((tag, body))
     }
 
+    /// One extended request sent in two parts: up to a Flush, then (once its answer is
+    /// in) the Sync.
+    async fn run_flushed(&mut self, sql: &str, params: &[String]) -> String {
+        use common::proto;
+        let refs: Vec<Option<&str>> = params.iter().map(|p| Some(p.as_str())).collect();
+        let mut first = proto::parse("", sql);
+        first.extend(proto::bind("", "", &refs));
+        first.extend(proto::describe(b'P', ""));
+        first.extend(proto::execute("", 0));
+        first.extend(proto::flush());
+        if let Err(e) = self.stream.get_mut().write_all(&first).await {
+            return format!("X write: {e}");
+        }
+        let mut out = Vec::new();
+        loop {
+            match self.read().await {
+                Ok((b'C', body)) => {
+                    out.push(format!("C[{}]", cstr(&body).0));
+                    break;
+                }
+                Ok((b'E', body)) => {
+                    let e = proto::parse_error(&body);
+                    out.push(format!("E {} {}", e.code, e.message));
+                    break;
+                }
+                Ok((tag, _)) => out.push((tag as char).to_string()),
+                Err(e) => return format!("X read: {e}"),
+            }
+        }
+        out.push(self.run(&proto::sync(), 1).await);
+        out.join(" ")
+    }
+
     /// Sends `bytes` in one write and renders every message up to the `syncs`-th
     /// ReadyForQuery (ParameterStatus left out: a pooler reports its own).
     async fn run(&mut self, bytes: &[u8], syncs: usize) -> String {
@@ -702,6 +745,7 @@ fn rows_text(r: Result<Vec<Row>, tokio_postgres::Error>) -> String {
 fn brief(step: &Step) -> String {
     let text = match step {
         Step::Raw { syncs, text, .. } => format!("Raw ({syncs} syncs): {text}"),
+        Step::RawFlush { sql, params } => format!("RawFlush: {sql} {params:?}"),
         _ => format!("{step:?}"),
     };
     match text.char_indices().nth(400) {
@@ -819,13 +863,17 @@ impl Side {
                 }
                 query.await
             }
-            Step::Raw { bytes, syncs, .. } => {
+            Step::Raw { .. } | Step::RawFlush { .. } => {
                 if self.raw.is_none() {
                     self.raw = Some(RawSide::connect(self.port, self.db).await);
                 }
-                match &mut self.raw {
-                    Some(r) => r.run(bytes, *syncs).await,
-                    None => unreachable!(),
+                let Some(r) = &mut self.raw else {
+                    unreachable!()
+                };
+                match step {
+                    Step::Raw { bytes, syncs, .. } => r.run(bytes, *syncs).await,
+                    Step::RawFlush { sql, params } => r.run_flushed(sql, params).await,
+                    _ => unreachable!(),
                 }
             }
             Step::Abandon { ms } => {
