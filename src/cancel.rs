@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::protocol::messages;
@@ -118,9 +118,27 @@ async fn to_peer(app: &crate::app::App, key: BackendKey, peer: u32, ttl: u32) {
     send_to(&addr, key).await;
 }
 
-/// Sends a cancel request for the query running on `target`.
+/// Sends a cancel request for the query running on `target`. Until PostgreSQL has
+/// finished with it (it closes the cancel connection once it has signalled the backend),
+/// the server is not lent to another client (pool::lease): PostgreSQL signals the backend
+/// twice (the process and its group), and a late second signal would cancel the next
+/// client's query, as PgBouncer 1.18 found (its sv_being_canceled).
 pub async fn send(target: CancelTarget) {
+    let server = crate::registry::servers::SERVERS.get(target.server_id);
+    if let Some(s) = &server {
+        s.cancel_started();
+    }
     send_to(&target.addr, target.key).await;
+    if let Some(s) = &server {
+        s.cancel_done();
+    }
+}
+
+/// Waits for the other end to close: PostgreSQL answers a cancel request with nothing.
+async fn until_closed(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<()> {
+    let mut buf = [0u8; 64];
+    while s.read(&mut buf).await? > 0 {}
+    Ok(())
 }
 
 async fn send_to(addr: &ServerAddr, key: BackendKey) {
@@ -130,12 +148,14 @@ async fn send_to(addr: &ServerAddr, key: BackendKey) {
             ServerAddr::Tcp { host, port } => {
                 let mut s = TcpStream::connect((host.as_str(), *port)).await?;
                 s.write_all(&packet).await?;
-                s.shutdown().await
+                s.shutdown().await?;
+                until_closed(&mut s).await
             }
             ServerAddr::Unix { path } => {
                 let mut s = UnixStream::connect(path).await?;
                 s.write_all(&packet).await?;
-                s.shutdown().await
+                s.shutdown().await?;
+                until_closed(&mut s).await
             }
         }
     };

@@ -167,3 +167,96 @@ async fn cancel_of_idle_client_is_harmless() {
     );
     assert_eq!(q1(&a, "select 'a'").await, "a");
 }
+
+/// A TCP proxy in front of PostgreSQL that passes everything on, but keeps a cancel
+/// request's connection open for `hold` after PostgreSQL has closed its side, as a slow
+/// network would: Weir must not lend the cancelled server to another client meanwhile.
+async fn slow_cancel_proxy(pg_port: u16, hold: Duration) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut head = [0u8; 8];
+                if client.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", pg_port)).await
+                else {
+                    return;
+                };
+                let _ = server.write_all(&head).await;
+                let cancel = head[4..8] == 80877102u32.to_be_bytes();
+                if cancel {
+                    let mut rest = [0u8; 8];
+                    let _ = client.read_exact(&mut rest).await;
+                    let _ = server.write_all(&rest).await;
+                    let mut sink = Vec::new();
+                    let _ = server.read_to_end(&mut sink).await;
+                    tokio::time::sleep(hold).await;
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    port
+}
+
+/// Until the cancel request sent for its query is done, a server is not lent to the next
+/// client (SHOW POOLS sv_being_canceled): PostgreSQL signals a cancelled backend twice,
+/// and a late second signal would cancel that client's query (PgBouncer 1.18 does the
+/// same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_server_waits_for_its_cancel_to_finish() {
+    let pg = PgServer::start();
+    let proxy = slow_cancel_proxy(pg.port(), Duration::from_millis(1500)).await;
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
+        )
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let b = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let token = a.cancel_token();
+    let a_task = tokio::spawn(async move { q(&a, "select pg_sleep(30)").await.map(|_| ()) });
+    assert!(eventually(TIMEOUT, || {
+        pg.count_backends_where("query = 'select pg_sleep(30)' and state = 'active'") == 1
+    }));
+    token.cancel_query(NoTls).await.unwrap();
+    let err = tokio::time::timeout(TIMEOUT, a_task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(expect_db_error(&err.unwrap_err()).code, "57014");
+    // The cancel connection is still open: the server waits, and B with it.
+    let started = std::time::Instant::now();
+    let b_task = tokio::spawn(async move { q1(&b, "select 'b'").await });
+    let held = eventually(Duration::from_secs(1), || {
+        let mut c =
+            common::proto::RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).unwrap();
+        common::console::ok(&mut c, "SHOW POOLS").num("database", "postgres", "sv_being_canceled")
+            == 1
+    });
+    assert!(held, "SHOW POOLS never showed the server being canceled");
+    assert_eq!(
+        tokio::time::timeout(TIMEOUT, b_task)
+            .await
+            .unwrap()
+            .unwrap(),
+        "b"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "B ran on the cancelled server after {waited:?}, before its cancel was done"
+    );
+}

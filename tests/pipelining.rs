@@ -287,7 +287,11 @@ async fn nothing_goes_behind_a_query_known_to_be_slow() {
     )
     .await;
     assert_eq!((a, b.as_str()), (Ok(()), "b"));
-    assert_eq!(pipelined(&weir), 0, "B went behind a query known to be slow");
+    assert_eq!(
+        pipelined(&weir),
+        0,
+        "B went behind a query known to be slow"
+    );
     // A quick one of the same pair of clients is still pipelined.
     let (a, b) = queued_pair(
         &weir,

@@ -310,6 +310,8 @@ pub fn pools(app: &App) -> RowSet {
     ));
     for p in sorted_pools(app) {
         let c = p.counts();
+        // Held back until a cancel sent for them is done (pool::lease), as PgBouncer's.
+        let canceled = p.being_canceled.load(std::sync::atomic::Ordering::Relaxed);
         let (n_wait, since) = waiting
             .get(&(p.database.clone(), p.user.clone()))
             .copied()
@@ -335,9 +337,9 @@ pub fn pools(app: &App) -> RowSet {
                 int(n_wait),
                 int(0),
                 int(0),
-                int(c.active),
+                int(c.active.saturating_sub(canceled)),
                 int(0),
-                int(0),
+                int(canceled),
                 int(c.idle),
                 int(0),
                 int(0),

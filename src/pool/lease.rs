@@ -59,8 +59,29 @@ impl Lease {
         }
     }
 
-    /// Returns a clean, idle server to the pool.
+    /// Returns a clean, idle server to the pool; one with a cancel request on its way
+    /// (cancel::send) once PostgreSQL is done with that, unless clients' requests are
+    /// already pipelined behind (they run whatever happens).
     pub fn release(mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if conn.passengers.is_empty() && conn.info.0.being_canceled() {
+            let held = Lease::new(conn, self.pool.clone());
+            tokio::spawn(held.release_after_cancels());
+            return;
+        }
+        self.pool.checkin(conn);
+    }
+
+    async fn release_after_cancels(mut self) {
+        use std::sync::atomic::Ordering;
+        self.pool.being_canceled.fetch_add(1, Ordering::Relaxed);
+        // cancel::send gives up within its own timeout, so this ends.
+        while self.info.0.being_canceled() {
+            crate::timers::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        self.pool.being_canceled.fetch_sub(1, Ordering::Relaxed);
         if let Some(conn) = self.conn.take() {
             self.pool.checkin(conn);
         }

@@ -138,6 +138,9 @@ pub struct Pool {
     /// Clients may be waiting (set as one queues, cleared when the queue is seen empty):
     /// lets a busy server's holder skip the lock when there is no one to pipeline.
     queued: std::sync::atomic::AtomicBool,
+    /// Servers kept from the pool until the cancel requests sent for them are done
+    /// (lease::release; SHOW POOLS sv_being_canceled).
+    pub being_canceled: AtomicUsize,
 }
 
 impl Pool {
@@ -165,6 +168,7 @@ impl Pool {
             reads,
             removed: std::sync::atomic::AtomicBool::new(false),
             queued: std::sync::atomic::AtomicBool::new(false),
+            being_canceled: AtomicUsize::new(0),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

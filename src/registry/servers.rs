@@ -31,6 +31,9 @@ pub struct ServerInfo {
     client: AtomicU32,
     /// Statements prepared on it under Weir's names, as of the end of its last lend.
     prepared: AtomicU32,
+    /// Cancel requests forwarded for it that PostgreSQL has not finished with (see
+    /// `cancel::send`): it is not lent to another client meanwhile.
+    cancels: AtomicU32,
     /// Our end of the connection (SHOW SERVERS local_addr/local_port), once connected.
     local: OnceLock<Endpoint>,
     /// The TLS session (SHOW SERVERS tls), empty in the clear.
@@ -93,6 +96,17 @@ impl ServerInfo {
     pub fn set_prepared(&self, n: usize) {
         self.prepared.store(n as u32, Ordering::Relaxed);
     }
+    pub fn cancel_started(&self) {
+        self.cancels.fetch_add(1, Ordering::AcqRel);
+    }
+    pub fn cancel_done(&self) {
+        self.cancels.fetch_sub(1, Ordering::AcqRel);
+    }
+    /// A cancel request for it is on its way: PostgreSQL may still interrupt whatever the
+    /// server runs next.
+    pub fn being_canceled(&self) -> bool {
+        self.cancels.load(Ordering::Acquire) != 0
+    }
     pub fn set_idle(&self) {
         self.client.store(0, Ordering::Relaxed);
         self.state.store(ServerState::Idle as u8, Ordering::Relaxed);
@@ -118,6 +132,7 @@ impl ServerHandle {
                 request_time: AtomicU64::new(0),
                 client: AtomicU32::new(0),
                 prepared: AtomicU32::new(0),
+                cancels: AtomicU32::new(0),
                 local: OnceLock::new(),
                 tls: OnceLock::new(),
                 entry: OnceLock::new(),
