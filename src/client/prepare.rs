@@ -2,7 +2,7 @@
 //! messages that name a statement are rewritten as they are framed, and the server's
 //! replies are matched to them, with Weir's own removed and the ones it owes added.
 
-use super::relay::{TERMINATED, UNSYNCED};
+use super::relay::{ANSWERED, CARRYING, TERMINATED, UNSYNCED};
 use std::ops::Range;
 
 use bytes::BytesMut;
@@ -164,6 +164,11 @@ impl Session {
                 self.remove_server_message(frame);
                 // The Sync of the batch sent again is counted when it is framed.
                 self.exchange.pending = self.exchange.pending.saturating_sub(1);
+                if self.exchange.pending == 0 && self.exchange.has(CARRYING) {
+                    // Other clients' requests follow on this server (pool::pipeline): it
+                    // goes to them, and the batch runs again on the client's next server.
+                    self.exchange.set(ANSWERED, true);
+                }
                 return Tracked::Removed;
             }
             ServerEdit::Replace(with) => {
@@ -295,12 +300,13 @@ pub(super) fn statements(extras: &mut Option<Box<Extras>>) -> Option<&mut Client
     extras.as_deref_mut()?.prepared.as_deref_mut()
 }
 
-/// True when no reply is owed for anything the client sent.
-pub(super) fn replies_settled(extras: &Option<Box<Extras>>) -> bool {
+/// True when no reply is owed for anything the client sent. `unsent_retry`: a batch to
+/// run again that has not been sent yet does not count (it will go to another server).
+pub(super) fn replies_settled(extras: &Option<Box<Extras>>, unsent_retry: bool) -> bool {
     extras
         .as_deref()
         .and_then(|e| e.prepared.as_deref())
-        .is_none_or(|p| p.replies.is_empty() && !p.retry.in_flight())
+        .is_none_or(|p| p.replies.is_empty() && (unsent_retry || !p.retry.in_flight()))
 }
 
 /// Adds a client's prepared-statement counters to its pool's stats.

@@ -111,7 +111,7 @@ impl Session {
             && self.cframe.at_boundary()
             && self.sframe.at_boundary()
             && (x.has(CARRYING) || self.sframe.scanned() == self.outbuf.len())
-            && super::prepare::replies_settled(&self.extras)
+            && super::prepare::replies_settled(&self.extras, x.has(CARRYING) && x.pending == 0)
     }
 
     /// Frames what the client has sent of its next request while it queues for a server,
@@ -232,9 +232,16 @@ impl Session {
                     Poll::Pending => {}
                 }
             }
+            let unread = self.inbuf.len();
             match self.scan_server(server) {
                 Ok(()) => {}
                 Err(ev) => return Poll::Ready(ev),
+            }
+            if self.inbuf.len() != unread {
+                // A batch to run again was put back in front of the client's bytes
+                // (prepared::retry), maybe from bytes read before (a pipelined answer
+                // carried over): it is framed in the next round, not left waiting.
+                progress = true;
             }
 
             if self.listening() {
