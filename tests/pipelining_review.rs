@@ -1,0 +1,154 @@
+//! Pipelined transaction pooling (pool::pipeline), cases found in review: each puts two
+//! raw clients, A then B, in the queue of a one-server pool while a third holds the
+//! server, so that when the server comes to A, B's request goes behind A's.
+
+mod common;
+
+use std::time::Duration;
+
+use common::console::ok;
+use common::proto::*;
+use common::*;
+
+/// PostgreSQL with the table `rt` (one column, one row), and Weir in transaction mode
+/// with one server.
+fn table_and_weir() -> (PgServer, Weir) {
+    let pg = PgServer::start();
+    pg.exec("create table rt (a int); insert into rt values (1)");
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    (pg, weir)
+}
+
+fn admin(port: u16) -> RawConn {
+    RawConn::startup(port, "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
+}
+
+fn pipelined(weir: &Weir) -> i64 {
+    ok(&mut admin(weir.port()), "SHOW STATS").num("database", "postgres", "total_pipelined_count")
+}
+
+fn waiting(weir: &Weir) -> i64 {
+    ok(&mut admin(weir.port()), "SHOW POOLS").num("database", "postgres", "cl_waiting")
+}
+
+fn client(weir: &Weir) -> RawConn {
+    let c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    c.set_read_timeout(Duration::from_secs(10));
+    c
+}
+
+/// What a client sees of a batch's replies: tags, errors by SQLSTATE, rows by values, and
+/// the number of fields a RowDescription announces.
+fn replies(c: &mut RawConn) -> Vec<String> {
+    c.read_until_ready()
+        .iter()
+        .filter_map(|m| match m.tag {
+            b'E' => Some(format!("E {}", parse_error(&m.body).code)),
+            b'D' => Some(format!("D {:?}", data_row(&m.body))),
+            b'T' => Some(format!("T {}", u16::from_be_bytes([m.body[0], m.body[1]]))),
+            b'N' | b'S' => None,
+            _ => Some(m.tag_char().to_string()),
+        })
+        .collect()
+}
+
+/// libpq's batch to run a prepared statement: Bind, Describe of the portal, Execute, Sync.
+fn run_prepared(stmt: &str) -> Vec<u8> {
+    [
+        bind("", stmt, &[]),
+        describe(b'P', ""),
+        execute("", 0),
+        sync(),
+    ]
+    .concat()
+}
+
+/// Sends `a` from A then `b` from B while a third client holds the one server for half a
+/// second, each once the one before has queued; returns the holder, to read its answer.
+fn queue_pair(weir: &Weir, a: (&mut RawConn, &[u8]), b: (&mut RawConn, &[u8])) -> RawConn {
+    let mut x = client(weir);
+    x.send(&query("select pg_sleep(0.5)"));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = waiting(weir);
+    a.0.send(a.1);
+    assert!(
+        eventually(TIMEOUT, || waiting(weir) == before + 1),
+        "A did not queue"
+    );
+    b.0.send(b.1);
+    assert!(
+        eventually(TIMEOUT, || waiting(weir) == before + 2),
+        "B did not queue"
+    );
+    x
+}
+
+/// A prepared statement gone stale ("cached plan must not change result type") in a
+/// request with another client's behind it: Weir may not send the batch again (it would
+/// go behind the other's request, whose answer would then be taken for its own). The
+/// client gets PostgreSQL's refusal, as on a direct connection, and the one behind gets
+/// its own answer.
+#[test]
+fn a_stale_statement_is_not_run_again_with_a_request_behind() {
+    let (pg, weir) = table_and_weir();
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    a.send(&[parse("s", "select * from rt"), sync()].concat());
+    assert_eq!(replies(&mut a), ["1", "Z"]);
+    a.send(&run_prepared("s"));
+    assert_eq!(replies(&mut a), ["2", "T 1", r#"D [Some("1")]"#, "C", "Z"]);
+    pg.exec("alter table rt add column b int default 7");
+
+    let run = run_prepared("s");
+    let b_query = query("select 'b'");
+    let mut x = queue_pair(&weir, (&mut a, &run), (&mut b, &b_query));
+    replies(&mut x);
+    assert_eq!(replies(&mut a), ["E 0A000", "Z"]);
+    assert_eq!(replies(&mut b), ["T 1", r#"D [Some("b")]"#, "C", "Z"]);
+    assert_eq!(pipelined(&weir), 1, "B did not go behind A");
+    // Both clients go on (the statement is fresh from the next batch on).
+    a.send(&run_prepared("s"));
+    assert_eq!(
+        replies(&mut a),
+        ["2", "T 2", r#"D [Some("1"), Some("7")]"#, "C", "Z"]
+    );
+    assert_eq!(b.query_one("select 2"), "2");
+}
+
+/// A request that changes a reported parameter from inside a function (which the
+/// classifier cannot see) with another client's behind it: the server reports the change
+/// (ParameterStatus) after B's request was written, so B's settings no longer match. B
+/// must still get its own answer, not the reply to a SET Weir sends to put its settings
+/// back while its request is already on the server.
+#[test]
+fn a_parameter_changed_by_a_function_does_not_mix_up_the_request_behind() {
+    let (pg, weir) = table_and_weir();
+    pg.exec(
+        "create function tz() returns text language sql \
+         as $$ select set_config('TimeZone', 'Pacific/Chatham', false) $$",
+    );
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    let zone = b.query_one("show timezone");
+    assert_ne!(zone, "Pacific/Chatham");
+
+    let a_query = query("select tz()");
+    let b_query = query("select 'b'");
+    let mut x = queue_pair(&weir, (&mut a, &a_query), (&mut b, &b_query));
+    replies(&mut x);
+    assert_eq!(
+        replies(&mut a),
+        ["T 1", r#"D [Some("Pacific/Chatham")]"#, "C", "Z"]
+    );
+    assert_eq!(replies(&mut b), ["T 1", r#"D [Some("b")]"#, "C", "Z"]);
+    assert_eq!(pipelined(&weir), 1, "B did not go behind A");
+    // Each keeps its own setting from the next request on.
+    assert_eq!(b.query_one("show timezone"), zone);
+    assert_eq!(a.query_one("show timezone"), "Pacific/Chatham");
+    assert_eq!(x.query_one("show timezone"), zone);
+}
