@@ -133,6 +133,9 @@ mod tests {
             "",
             "  ",
             "-- only a comment",
+            // PostgreSQL ends a line comment at a carriage return too.
+            "SELECT 1 --\r; BEGIN",
+            "SELECT 1 -- x\r;COMMIT",
         ] {
             assert!(!plain(sql.as_bytes()), "{sql}");
         }
