@@ -38,7 +38,8 @@ pub fn tokens(sql: &str) -> Vec<Spanned> {
             continue;
         }
         if c == b'-' && b.get(i + 1) == Some(&b'-') {
-            while i < b.len() && b[i] != b'\n' {
+            // As in PostgreSQL's scanner, a carriage return ends it too.
+            while i < b.len() && b[i] != b'\n' && b[i] != b'\r' {
                 i += 1;
             }
             continue;
