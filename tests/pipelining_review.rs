@@ -138,7 +138,8 @@ fn a_parameter_changed_by_a_function_does_not_mix_up_the_request_behind() {
     assert_ne!(zone, "Pacific/Chatham");
 
     let a_query = query("select tz()");
-    let b_query = query("select 'b'");
+    // Slow enough for its answer not to come with A's (carried over to B with the server).
+    let b_query = query("select 'b' from pg_sleep(0.1)");
     let mut x = queue_pair(&weir, (&mut a, &a_query), (&mut b, &b_query));
     replies(&mut x);
     assert_eq!(
