@@ -601,8 +601,15 @@ impl Session {
             let e = PgError::fatal("08006", "server conn crashed?");
             return Some(Box::pin(self.refuse(e)).await);
         }
-        if let Err(e) = self.sync_params(&mut held).await {
-            return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
+        // A request already on the server (sent ahead, or pipelined behind another's) was
+        // let go there only if the server held its settings. Should the request before it
+        // have changed one since (a function's set_config, reported by ParameterStatus),
+        // a SET now would run after it and its answer be taken for the request's: the
+        // server is put right for the next client it is lent to (synced_to is unset).
+        if held.sent_ahead == 0 {
+            if let Err(e) = self.sync_params(&mut held).await {
+                return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
+            }
         }
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
         self.take_carry(&mut held);
