@@ -153,3 +153,30 @@ fn a_parameter_changed_by_a_function_does_not_mix_up_the_request_behind() {
     assert_eq!(a.query_one("show timezone"), "Pacific/Chatham");
     assert_eq!(x.query_one("show timezone"), zone);
 }
+
+/// With standard_conforming_strings off, a backslash escapes a quote in a plain literal:
+/// `select 'x\' '; begin; --'` is two statements to PostgreSQL, the second a BEGIN, but
+/// one to a lexer that reads the literal as standard. Nothing may go behind it: the
+/// request behind would run in A's transaction, and A, carrying it, would not be read
+/// again (its COMMIT never sent).
+#[test]
+fn nothing_goes_behind_a_begin_hidden_by_a_backslash() {
+    let (pg, weir) = table_and_weir();
+    pg.exec("alter database postgres set standard_conforming_strings = off");
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    assert_eq!(a.query_one("show standard_conforming_strings"), "off");
+
+    let a_query = query(r"select 'x\' '; begin; --'");
+    let b_query = query("select 'b'");
+    let mut x = queue_pair(&weir, (&mut a, &a_query), (&mut b, &b_query));
+    replies(&mut x);
+    assert_eq!(
+        replies(&mut a),
+        ["T 1", r#"D [Some("x' ")]"#, "C", "C", "Z"]
+    );
+    a.send(&query("commit"));
+    assert_eq!(replies(&mut a), ["C", "Z"]);
+    assert_eq!(replies(&mut b), ["T 1", r#"D [Some("b")]"#, "C", "Z"]);
+    assert_eq!(pipelined(&weir), 0, "B went behind a BEGIN");
+}
