@@ -22,6 +22,12 @@ pub fn plain(sql: &[u8]) -> bool {
         // ParameterStatus), but a request sent behind it would run with the new value.
         return false;
     }
+    if sql.contains(&b'\\') {
+        // The lexer reads literals as standard_conforming_strings on has them; with it
+        // off a backslash escapes a quote, and a literal may end elsewhere (and a
+        // statement, or a call effects looks for, begin in what looked quoted).
+        return false;
+    }
     if effects::effects(sql, true).flags != 0 {
         return false;
     }
@@ -136,6 +142,8 @@ mod tests {
             // PostgreSQL ends a line comment at a carriage return too.
             "SELECT 1 --\r; BEGIN",
             "SELECT 1 -- x\r;COMMIT",
+            // standard_conforming_strings off: a SELECT, then a BEGIN.
+            r"select 'x\' '; begin; --'",
         ] {
             assert!(!plain(sql.as_bytes()), "{sql}");
         }
