@@ -180,3 +180,51 @@ fn nothing_goes_behind_a_begin_hidden_by_a_backslash() {
     assert_eq!(replies(&mut b), ["T 1", r#"D [Some("b")]"#, "C", "Z"]);
     assert_eq!(pipelined(&weir), 0, "B went behind a BEGIN");
 }
+
+/// Three clients queued behind a holder: when the server comes to A, B and C both go
+/// behind A's request (depth 2). B's client cancels while B waits there: its request
+/// cannot be taken back, so the cancel is forwarded once B gets the server, by when
+/// PostgreSQL has run B's short request and started C's. The cancel must not reach C.
+#[test]
+fn a_late_cancel_does_not_reach_the_request_behind() {
+    let (_pg, weir) = table_and_weir();
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    let mut c = client(&weir);
+    let (pid, key) = b.key.expect("B's cancel key");
+    let mut x = client(&weir);
+    x.send(&query("select pg_sleep(0.5)"));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = waiting(&weir);
+    let mut n = before;
+    for (conn, sql) in [
+        (&mut a, "select 'a' from pg_sleep(0.5)"),
+        (&mut b, "select 'b'"),
+        (&mut c, "select 'c' from pg_sleep(1)"),
+    ] {
+        conn.send(&query(sql));
+        n += 1;
+        assert!(
+            eventually(TIMEOUT, || waiting(&weir) == n),
+            "{sql} did not queue"
+        );
+    }
+    assert!(
+        eventually(TIMEOUT, || pipelined(&weir) == 2),
+        "B and C did not go behind A"
+    );
+    let mut cancel = RawConn::connect(weir.port());
+    cancel.send(&cancel_request(pid, key));
+    replies(&mut x);
+    assert_eq!(replies(&mut a), ["T 1", r#"D [Some("a")]"#, "C", "Z"]);
+    let rb = replies(&mut b);
+    assert!(
+        rb == ["E 57014", "Z"] || rb == ["T 1", r#"D [Some("b")]"#, "C", "Z"],
+        "B: {rb:?}"
+    );
+    assert_eq!(
+        replies(&mut c),
+        ["T 1", r#"D [Some("c")]"#, "C", "Z"],
+        "B's cancel reached C"
+    );
+}
