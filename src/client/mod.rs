@@ -1012,7 +1012,11 @@ impl Session {
                     self.delta.wait_time_us += started.elapsed().as_micros() as u64;
                     self.client.0.set_idle();
                     let lease = r.map_err(Some)?;
-                    if cancel_late {
+                    // With other clients' requests pipelined behind this one's (which ran
+                    // as the server came: it is all there), a cancel sent now would most
+                    // likely interrupt theirs; it is dropped, as PostgreSQL drops one that
+                    // comes after the query.
+                    if cancel_late && lease.passengers.is_empty() {
                         if lease.sent_ahead == 0 {
                             lease.release();
                             return Err(Some(cancelled()));
