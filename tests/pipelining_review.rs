@@ -196,14 +196,13 @@ fn a_late_cancel_does_not_reach_the_request_behind() {
     x.send(&query("select pg_sleep(0.5)"));
     std::thread::sleep(Duration::from_millis(100));
     let before = waiting(&weir);
-    let mut n = before;
-    for (conn, sql) in [
+    let queued = [
         (&mut a, "select 'a' from pg_sleep(0.5)"),
         (&mut b, "select 'b'"),
         (&mut c, "select 'c' from pg_sleep(1)"),
-    ] {
+    ];
+    for (n, (conn, sql)) in (before + 1..).zip(queued) {
         conn.send(&query(sql));
-        n += 1;
         assert!(
             eventually(TIMEOUT, || waiting(&weir) == n),
             "{sql} did not queue"
