@@ -123,14 +123,32 @@ async fn to_peer(app: &crate::app::App, key: BackendKey, peer: u32, ttl: u32) {
 /// the server is not lent to another client (pool::lease): PostgreSQL signals the backend
 /// twice (the process and its group), and a late second signal would cancel the next
 /// client's query, as PgBouncer 1.18 found (its sv_being_canceled).
-pub async fn send(target: CancelTarget) {
-    let server = crate::registry::servers::SERVERS.get(target.server_id);
-    if let Some(s) = &server {
-        s.cancel_started();
+///
+/// Counted before the future first runs, so that a caller that spawns it cannot hand the
+/// server on meanwhile.
+pub fn send(target: CancelTarget) -> impl std::future::Future<Output = ()> {
+    let counted = crate::registry::servers::SERVERS
+        .get(target.server_id)
+        .map(InFlight::new);
+    async move {
+        send_to(&target.addr, target.key).await;
+        drop(counted);
     }
-    send_to(&target.addr, target.key).await;
-    if let Some(s) = &server {
-        s.cancel_done();
+}
+
+/// A cancel request counted on its server until dropped, whatever ends the sending.
+struct InFlight(std::sync::Arc<crate::registry::servers::ServerInfo>);
+
+impl InFlight {
+    fn new(server: std::sync::Arc<crate::registry::servers::ServerInfo>) -> InFlight {
+        server.cancel_started();
+        InFlight(server)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.cancel_done();
     }
 }
 

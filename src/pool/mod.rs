@@ -584,7 +584,14 @@ impl Pool {
                     self.close_lent(*c);
                     return;
                 }
-                Err(c) => conn = c,
+                Err(c) => {
+                    // Gone before anything of its request was written: the server is
+                    // as after any request, but for what was read past the last answer
+                    // (asynchronous messages), which is nobody's now.
+                    conn = c;
+                    conn.carry = bytes::Bytes::new();
+                    conn.sent_ahead = 0;
+                }
             }
         }
         let settings = self.settings();
