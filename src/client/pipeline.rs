@@ -10,14 +10,15 @@ use bytes::{Buf, Bytes};
 use super::Session;
 use crate::pool::Lease;
 use crate::protocol::framer::Frame;
-use crate::sql::pipeline::{fold, plain, PRINT_SEED};
+use crate::sql::pipeline::{fold, plain_with, PRINT_SEED};
 
 impl Session {
     /// Follows, message by message, whether the request being framed is one plain
     /// implicit transaction (sql::pipeline), and its fingerprint. Called before a message
     /// is rewritten (prepared statements); the rewrite says whether a named statement it
     /// binds is plain (`ClientStatements::opaque`).
-    pub(super) fn note_plain(&mut self, frame: &Frame) {
+    /// `effect_flags`: what `note_effects` found in the message (sql::effects).
+    pub(super) fn note_plain(&mut self, frame: &Frame, effect_flags: u8) {
         let tied = self.pinned() || self.listening();
         let x = &mut self.exchange;
         if x.pending == 0 && !x.has(UNSYNCED) {
@@ -37,7 +38,7 @@ impl Session {
             (b'Q', Some(b)) => match b.strip_suffix(b"\0") {
                 Some(text) => {
                     x.print = fold(x.print, text);
-                    plain(text)
+                    plain_with(text, effect_flags)
                 }
                 // Longer than the relay looks at.
                 None => false,
@@ -47,7 +48,7 @@ impl Session {
                 let name = parts.next().unwrap_or_default();
                 let text = parts.next().unwrap_or_default();
                 x.print = fold(x.print, text);
-                let ok = plain(text);
+                let ok = plain_with(text, effect_flags);
                 if name.is_empty() {
                     x.set(UNNAMED_PLAIN, ok);
                 }

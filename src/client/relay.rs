@@ -364,11 +364,12 @@ impl Session {
                 self.held_back = true;
                 return Ok(());
             }
-            if pooled && matches!(frame.tag, b'Q' | b'P' | b'B') {
-                self.note_effects(&frame);
-            }
             if pooled {
-                self.note_plain(&frame);
+                let flags = match frame.tag {
+                    b'Q' | b'P' | b'B' => self.note_effects(&frame),
+                    _ => 0,
+                };
+                self.note_plain(&frame, flags);
             }
             if tracking {
                 if !self.track_client(&frame, server.as_deref_mut()) {

@@ -25,9 +25,10 @@ pub const QUERY_PEEK: usize = 64 * 1024;
 
 impl Session {
     /// Notes what a framed Query or Parse may do to the session (before it is rewritten).
-    pub(super) fn note_effects(&mut self, frame: &Frame) {
+    /// Returns the effects' flags (the pipelining classifier uses them too).
+    pub(super) fn note_effects(&mut self, frame: &Frame) -> u8 {
         let Some(body) = frame.body.clone() else {
-            return;
+            return 0;
         };
         let body = &self.inbuf[body];
         let e = match frame.tag {
@@ -61,15 +62,15 @@ impl Session {
             }
             b'B' => {
                 let Some(params) = self.extras.as_ref().map(|x| &x.unnamed_params) else {
-                    return;
+                    return 0;
                 };
                 if params.is_empty() {
-                    return;
+                    return 0;
                 }
                 let mut parts = body.splitn(3, |&b| b == 0);
                 let (Some(_), Some(b""), Some(rest)) = (parts.next(), parts.next(), parts.next())
                 else {
-                    return;
+                    return 0;
                 };
                 let stmt = effects::Effects {
                     params: params.clone(),
@@ -79,9 +80,11 @@ impl Session {
                 e.bind(&stmt, rest);
                 e
             }
-            _ => return,
+            _ => return 0,
         };
+        let flags = e.flags;
         self.add_effects(e);
+        flags
     }
 
     /// Records effects found in a message or in a prepared statement it runs.

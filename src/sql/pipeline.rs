@@ -17,7 +17,12 @@ const PLAIN_STARTS: [&str; 8] = [
 
 /// Whether `sql` (a Query's text, or a Parse's, without its NUL) is one plain statement.
 pub fn plain(sql: &[u8]) -> bool {
-    if contains_ignore_case(sql, b"set_config") {
+    plain_with(sql, effects::effects(sql, true).flags)
+}
+
+/// `plain`, for a text whose effects (`sql::effects` flags) the caller has found already.
+pub fn plain_with(sql: &[u8], effect_flags: u8) -> bool {
+    if effect_flags != 0 || calls_set_config(sql) {
         // It may set a reported parameter, which effects does not flag (the relay follows
         // ParameterStatus), but a request sent behind it would run with the new value.
         return false;
@@ -26,9 +31,6 @@ pub fn plain(sql: &[u8]) -> bool {
         // The lexer reads literals as standard_conforming_strings on has them; with it
         // off a backslash escapes a quote, and a literal may end elsewhere (and a
         // statement, or a call effects looks for, begin in what looked quoted).
-        return false;
-    }
-    if effects::effects(sql, true).flags != 0 {
         return false;
     }
     let start = sql
@@ -59,11 +61,16 @@ pub fn plain(sql: &[u8]) -> bool {
     matches!(first.map(|t| &t.tok), Some(Tok::Word(w)) if PLAIN_STARTS.contains(&w.as_str()))
 }
 
-fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
-    hay.len() >= needle.len()
-        && hay
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
+/// "set_config" anywhere, in any case: one pass looking at underscores only.
+fn calls_set_config(sql: &[u8]) -> bool {
+    sql.iter().enumerate().any(|(i, &c)| {
+        c == b'_'
+            && i >= 3
+            && sql[i - 3..i].eq_ignore_ascii_case(b"set")
+            && sql
+                .get(i + 1..i + 7)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"config"))
+    })
 }
 
 /// Folds `bytes` into a request's fingerprint (FNV-1a, xor-folded to 16 bits): the pool
