@@ -42,21 +42,6 @@ fn client(weir: &Weir) -> RawConn {
     c
 }
 
-/// What a client sees of a batch's replies: tags, errors by SQLSTATE, rows by values, and
-/// the number of fields a RowDescription announces.
-fn replies(c: &mut RawConn) -> Vec<String> {
-    c.read_until_ready()
-        .iter()
-        .filter_map(|m| match m.tag {
-            b'E' => Some(format!("E {}", parse_error(&m.body).code)),
-            b'D' => Some(format!("D {:?}", data_row(&m.body))),
-            b'T' => Some(format!("T {}", u16::from_be_bytes([m.body[0], m.body[1]]))),
-            b'N' | b'S' => None,
-            _ => Some(m.tag_char().to_string()),
-        })
-        .collect()
-}
-
 /// libpq's batch to run a prepared statement: Bind, Describe of the portal, Execute, Sync.
 fn run_prepared(stmt: &str) -> Vec<u8> {
     [
@@ -231,4 +216,27 @@ fn a_late_cancel_does_not_reach_the_request_behind() {
         ["T 1", r#"D [Some("c")]"#, "C", "Z"],
         "B's cancel reached C"
     );
+}
+
+/// A client that leaves while its answer is still coming, with another's request behind
+/// its own: Weir reads the rest of its answer for nobody and hands the server on, so the
+/// client behind gets its own answer (closing the server would fail it with 08006).
+#[test]
+fn the_request_behind_a_client_that_left_still_gets_its_answer() {
+    let (_pg, weir) = table_and_weir();
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    // About 20 MB: Weir is still relaying it when it finds A gone.
+    let a_query = query("select repeat('x', 1000000) from generate_series(1, 20)");
+    let b_query = query("select 'b'");
+    let mut x = queue_pair(&weir, (&mut a, &a_query), (&mut b, &b_query));
+    replies(&mut x);
+    assert!(
+        eventually(TIMEOUT, || pipelined(&weir) == 1),
+        "B did not go behind A"
+    );
+    drop(a);
+    assert_eq!(replies(&mut b), ["T 1", r#"D [Some("b")]"#, "C", "Z"]);
+    assert_eq!(b.query_one("select 'b again'"), "b again");
+    assert_eq!(x.query_one("select 'x again'"), "x again");
 }

@@ -39,21 +39,6 @@ fn run_s(c: &mut RawConn) -> Vec<String> {
     replies(c)
 }
 
-/// What a client sees of a batch's replies: tags, errors by SQLSTATE, rows by values, and
-/// the number of fields a RowDescription announces.
-fn replies(c: &mut RawConn) -> Vec<String> {
-    c.read_until_ready()
-        .iter()
-        .filter_map(|m| match m.tag {
-            b'E' => Some(format!("E {}", parse_error(&m.body).code)),
-            b'D' => Some(format!("D {:?}", data_row(&m.body))),
-            b'T' => Some(format!("T {}", u16::from_be_bytes([m.body[0], m.body[1]]))),
-            b'N' | b'S' => None,
-            _ => Some(m.tag_char().to_string()),
-        })
-        .collect()
-}
-
 fn prepare_raw(c: &mut RawConn, name: &str, sql: &str) {
     c.send(&[parse(name, sql), sync()].concat());
     assert_eq!(replies(c), ["1", "Z"]);

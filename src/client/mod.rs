@@ -13,6 +13,7 @@ mod relay;
 mod route;
 mod state;
 
+use crate::pool::lost_request;
 use relay::UNSYNCED;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,8 +68,6 @@ fn lost_transaction() -> PgError {
         "server connection lost; the transaction was rolled back",
     )
 }
-
-use crate::pool::lost_request;
 
 impl Session {
     fn pinned(&self) -> bool {

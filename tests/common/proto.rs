@@ -454,3 +454,18 @@ impl RawConn {
         rows[0][0].clone().unwrap_or_default()
     }
 }
+
+/// What a client sees of a batch's replies: tags, errors by SQLSTATE, rows by values, and
+/// the number of fields a RowDescription announces.
+pub fn replies(c: &mut RawConn) -> Vec<String> {
+    c.read_until_ready()
+        .iter()
+        .filter_map(|m| match m.tag {
+            b'E' => Some(format!("E {}", parse_error(&m.body).code)),
+            b'D' => Some(format!("D {:?}", data_row(&m.body))),
+            b'T' => Some(format!("T {}", u16::from_be_bytes([m.body[0], m.body[1]]))),
+            b'N' | b'S' => None,
+            _ => Some(m.tag_char().to_string()),
+        })
+        .collect()
+}
