@@ -176,7 +176,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
         "SERVERS" | "CLIENTS" => ("ssssssisiTTiiississiis", socket),
         "SOCKETS" | "ACTIVE_SOCKETS" => ("ssssssisiTTiiississiisiiiiiii", debug),
         "POOLS" => (
-            "ssiiiiiiiiiiiiiss",
+            "ssiiiiiiiiiiiiissii",
             vec![
                 "database",
                 "user",
@@ -195,6 +195,8 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "maxwait_us",
                 "pool_mode",
                 "load_balance_hosts",
+                "cl_pipelined",
+                "pipeline_depth",
             ],
         ),
         "LISTS" => ("si", vec!["list", "items"]),

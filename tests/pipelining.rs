@@ -45,7 +45,12 @@ fn pipelined_at(port: u16) -> i64 {
 
 /// Clients waiting for a server, as SHOW POOLS counts them.
 fn waiting(weir: &Weir) -> i64 {
-    ok(&mut admin(weir.port()), "SHOW POOLS").num("database", "postgres", "cl_waiting")
+    pools_at(weir.port(), "cl_waiting")
+}
+
+/// A column of SHOW POOLS for the database `postgres`.
+fn pools_at(port: u16, column: &str) -> i64 {
+    ok(&mut admin(port), "SHOW POOLS").num("database", "postgres", column)
 }
 
 /// Runs `first(A)` and then `second(B)` queued, in that order, behind a query of a third
@@ -222,6 +227,18 @@ async fn a_cancel_reaches_only_its_own_request() {
                     eventually(TIMEOUT, || pipelined_at(port) == 1)
                 });
                 assert!(aboard.await.unwrap());
+                // A runs for a second more: B is still aboard, behind it.
+                let shown = tokio::task::spawn_blocking(move || {
+                    (
+                        pools_at(port, "cl_pipelined"),
+                        pools_at(port, "pipeline_depth"),
+                    )
+                });
+                assert_eq!(
+                    shown.await.unwrap(),
+                    (1, 2),
+                    "SHOW POOLS cl_pipelined, pipeline_depth"
+                );
                 token.cancel_query(tokio_postgres::NoTls).await.unwrap();
             });
             let r = q(&b, "select pg_sleep(5), 'b'").await.map_err(|e| code(&e));
@@ -232,6 +249,7 @@ async fn a_cancel_reaches_only_its_own_request() {
     .await;
     assert!(a.is_ok(), "A's query was cancelled: {a:?}");
     assert_eq!(b, Err("57014".to_string()));
+    assert_eq!(pools_at(port, "cl_pipelined"), 0);
 }
 
 /// Nothing goes behind a transaction block or a session change, and a depth of 0 turns
@@ -266,6 +284,7 @@ async fn only_plain_requests_share_a_server() {
     .await;
     assert_eq!((a.as_str(), b.as_str()), ("a", "b"));
     assert_eq!(pipelined(&off), 0);
+    assert_eq!(pools_at(off.port(), "pipeline_depth"), 0);
 }
 
 /// Nothing goes behind a request like one that once ran longer than

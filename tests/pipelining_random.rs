@@ -1323,6 +1323,24 @@ async fn run(depth: u32, per_database: bool) -> i64 {
             "/metrics weir_pool_pipelined_requests_total for rand_weir is {:?}, SHOW STATS says {pipelined}",
             from_metrics()
         );
+        // The pool settled: no one aboard; the depth in force, in both places.
+        let pools = ok(&mut a, "SHOW POOLS");
+        let shown = |c: &str| pools.num("database", "rand_weir", c);
+        assert_eq!(
+            (shown("cl_pipelined"), shown("pipeline_depth")),
+            (0, depth as i64)
+        );
+        let gauge = |name: &str| {
+            let body = http_get(http, "/metrics")
+                .map(|r| r.body)
+                .unwrap_or_default();
+            body.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .filter(|l| l.contains("database=\"rand_weir\""))
+                .find_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        };
+        assert_eq!(gauge("weir_pool_client_pipelined"), Some(0.0));
+        assert_eq!(gauge("weir_pool_pipeline_depth"), Some(depth as f64));
     }
     eprintln!(
         "pipeline_depth {depth}: {CLIENTS} clients, all replies equal ({steps}); \

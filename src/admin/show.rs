@@ -265,7 +265,7 @@ pub fn totals(app: &App) -> RowSet {
 
 pub fn pools(app: &App) -> RowSet {
     let mut rs = RowSet::new(
-        "ssiiiiiiiiiiiiiss",
+        "ssiiiiiiiiiiiiissii",
         &[
             "database",
             "user",
@@ -284,6 +284,11 @@ pub fn pools(app: &App) -> RowSet {
             "maxwait_us",
             "pool_mode",
             "load_balance_hosts",
+            // Weir's own, after PgBouncer's (pool::pipeline): of cl_waiting, the clients
+            // whose request already runs behind another's on a busy server; and how many
+            // may go behind one, 0 where pipelining is off.
+            "cl_pipelined",
+            "pipeline_depth",
         ],
     );
     let snap = app.snapshot.load();
@@ -348,6 +353,8 @@ pub fn pools(app: &App) -> RowSet {
                 int(max_wait % 1_000_000),
                 text(mode.as_str()),
                 load_balance(db),
+                int(p.pipelined_now()),
+                int(p.pipeline_depth()),
             ],
         ));
     }
@@ -363,6 +370,7 @@ fn admin_pool_row(clients: usize) -> Vec<Value> {
     r.extend((0..12).map(|_| int(0)));
     r.push(text("statement"));
     r.push(NULL);
+    r.extend([int(0), int(0)]);
     r
 }
 

@@ -28,6 +28,9 @@ pub struct PoolLive {
     pub sv_login: u64,
     pub max_wait_us: u64,
     pub pool_size: u64,
+    /// SHOW POOLS cl_pipelined and pipeline_depth.
+    pub cl_pipelined: u64,
+    pub pipeline_depth: u64,
     pub totals: Delta,
     pub xact_hist: [u64; LATENCY_BUCKETS],
     pub query_hist: [u64; LATENCY_BUCKETS],
@@ -97,6 +100,8 @@ pub fn read(app: &App, started: Instant, start_time_secs: f64) -> Live {
             sv_login: t.num(row, "sv_login"),
             max_wait_us: t.num(row, "maxwait") * 1_000_000 + t.num(row, "maxwait_us"),
             pool_size: pool.settings().pool_size as u64,
+            cl_pipelined: t.num(row, "cl_pipelined"),
+            pipeline_depth: t.num(row, "pipeline_depth"),
             pinned: pool.pinned.load(Ordering::Relaxed) as u64,
             totals: pool.stats.read(),
             xact_hist: pool.stats.xact_latency.read(),

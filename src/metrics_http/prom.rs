@@ -231,6 +231,20 @@ impl Collector for LiveCollector {
         )?;
         family(
             e,
+            "weir_pool_client_pipelined",
+            "Of the waiting clients, those whose request runs behind another's on a busy server (SHOW POOLS cl_pipelined).",
+            None,
+            per_pool(pools, |p| g(p.cl_pipelined)),
+        )?;
+        family(
+            e,
+            "weir_pool_pipeline_depth",
+            "Requests that may go behind the running one on a server of the pool, 0 if pipelining is off (SHOW POOLS pipeline_depth).",
+            None,
+            per_pool(pools, |p| g(p.pipeline_depth)),
+        )?;
+        family(
+            e,
             "weir_pool_server_active",
             "Servers of the pool lent to clients (SHOW POOLS sv_active).",
             None,

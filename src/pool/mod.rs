@@ -141,6 +141,9 @@ pub struct Pool {
     /// Servers kept from the pool until the cancel requests sent for them are done
     /// (lease::release; SHOW POOLS sv_being_canceled).
     pub being_canceled: AtomicUsize,
+    /// Waiting clients whose request is on a busy server behind another's (pipeline;
+    /// SHOW POOLS cl_pipelined), counted down by `Passenger`'s drop.
+    pub(crate) aboard: Arc<AtomicUsize>,
 }
 
 impl Pool {
@@ -169,6 +172,7 @@ impl Pool {
             removed: std::sync::atomic::AtomicBool::new(false),
             queued: std::sync::atomic::AtomicBool::new(false),
             being_canceled: AtomicUsize::new(0),
+            aboard: Arc::new(AtomicUsize::new(0)),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

@@ -21,6 +21,8 @@
 //! (`Passenger`'s drop): each is told what a client whose server died under its request
 //! is told, and never has it run again (it may have run).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -35,6 +37,8 @@ pub struct Passenger {
     pub(super) sent: usize,
     /// All of them: another request may go behind it.
     pub(super) whole: bool,
+    /// The pool's count of passengers, this one in it until dropped.
+    aboard: Arc<AtomicUsize>,
 }
 
 impl Passenger {
@@ -54,6 +58,7 @@ impl Passenger {
 
 impl Drop for Passenger {
     fn drop(&mut self) {
+        self.aboard.fetch_sub(1, Ordering::Relaxed);
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(Grant::Lost);
         }
@@ -78,7 +83,7 @@ impl Pool {
     /// holder's (fingerprint `print`, running for `age`), as far as depth allows.
     /// Returns how many went.
     pub(crate) fn board(&self, conn: &mut ServerConn, print: u16, age: Duration) -> usize {
-        if !self.queued.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.queued.load(Ordering::Relaxed) {
             return 0;
         }
         let settings = self.settings();
@@ -112,10 +117,12 @@ impl Pool {
                     break;
                 };
                 let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == sent);
+                self.aboard.fetch_add(1, Ordering::Relaxed);
                 conn.passengers.push_back(Passenger {
                     tx: Some(w.tx),
                     sent,
                     whole,
+                    aboard: self.aboard.clone(),
                 });
                 boarded += 1;
                 if !whole {
@@ -123,14 +130,29 @@ impl Pool {
                 }
             }
             if st.waiters.is_empty() {
-                self.queued
-                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                self.queued.store(false, Ordering::Relaxed);
             }
         }
         if boarded > 0 {
             self.stats.add_pipelined(boarded as u64);
         }
         boarded
+    }
+
+    /// Requests that may go behind the running one on a server of this pool: 0 when
+    /// pipelining is off (pool mode, settings; a TLS server connection is never used).
+    pub fn pipeline_depth(&self) -> usize {
+        let settings = self.settings();
+        if settings.server_reset_query_always {
+            0
+        } else {
+            settings.pipeline.depth
+        }
+    }
+
+    /// Waiting clients whose request is on a busy server behind another's.
+    pub fn pipelined_now(&self) -> usize {
+        self.aboard.load(Ordering::Relaxed)
     }
 
     /// A plain request that ran longer than pipeline_slow_query: nothing is to be sent
