@@ -132,12 +132,11 @@ impl Session {
     }
 
     /// A plain request ran `us` microseconds: past pipeline_slow_query, the pool sends
-    /// nothing behind its like again.
+    /// nothing behind its like for a while (pool::pipeline).
     pub(super) fn note_run_time(&self, us: u64) {
         let slow = self.pool.settings().pipeline.slow;
-        if us >= slow.as_micros() as u64 {
-            self.pool.note_slow(self.exchange.print);
-        }
+        self.pool
+            .note_run(self.exchange.print, us >= slow.as_micros() as u64);
     }
 
     /// At the client's last ReadyForQuery with requests behind it: what was read past it

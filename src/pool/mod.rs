@@ -106,8 +106,6 @@ struct PoolState {
     /// Keys of the last client that logged in with SCRAM, for connections opened with no
     /// client at hand (min_pool_size) when the auth_file has no plaintext password.
     scram: Option<ScramCredential>,
-    /// Fingerprints of requests nothing is pipelined behind (pipeline).
-    slow: std::collections::HashSet<u16>,
 }
 
 struct Waiter {
@@ -144,6 +142,9 @@ pub struct Pool {
     /// Waiting clients whose request is on a busy server behind another's (pipeline;
     /// SHOW POOLS cl_pipelined), counted down by `Passenger`'s drop.
     pub(crate) aboard: Arc<AtomicUsize>,
+    /// By fingerprint, how recently requests ran longer than pipeline_slow_query
+    /// (pipeline); made at the first such request.
+    slow: std::sync::OnceLock<Box<[std::sync::atomic::AtomicU8]>>,
 }
 
 impl Pool {
@@ -173,6 +174,7 @@ impl Pool {
             queued: std::sync::atomic::AtomicBool::new(false),
             being_canceled: AtomicUsize::new(0),
             aboard: Arc::new(AtomicUsize::new(0)),
+            slow: std::sync::OnceLock::new(),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

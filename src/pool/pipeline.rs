@@ -21,7 +21,7 @@
 //! (`Passenger`'s drop): each is told what a client whose server died under its request
 //! is told, and never has it run again (it may have run).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,13 +70,23 @@ impl Drop for Passenger {
 pub struct PipelineSettings {
     /// Requests that may wait behind the running one on a server; 0: off.
     pub depth: usize,
-    /// Nothing goes behind a request that ran this long, or one that did before.
+    /// Nothing goes behind a request running this long, or like one that did lately.
     pub slow: Duration,
 }
 
-/// Fingerprints (sql::pipeline::fold) of requests that ran longer than `slow`, kept until
-/// there are this many, then forgotten all at once.
-const SLOW_KEPT: usize = 4096;
+/// Slots of a pool's memory of slow requests, by fingerprint (sql::pipeline::fold).
+const SLOW_SLOTS: usize = 4096;
+/// What a run longer than pipeline_slow_query adds to its slot, and what a slot holds at
+/// most; a quicker run of its like takes one off. A request is taken for slow while its
+/// slot is above 0: after one slow run, until four quick ones have followed. A stall
+/// (a checkpoint, a lock) does not stop pipelining behind a query for good, and a query
+/// slow one time in four or more stays known.
+const SLOW_RUN: u8 = 4;
+const SLOW_MOST: u8 = 16;
+
+fn slot(print: u16) -> usize {
+    usize::from(print) % SLOW_SLOTS
+}
 
 impl Pool {
     /// Sends the requests of the clients at the head of the queue to `conn`, behind the
@@ -96,12 +106,12 @@ impl Pool {
         {
             return 0;
         }
+        if self.known_slow(print) {
+            return 0;
+        }
         let mut boarded = 0;
         {
             let mut st = self.lock();
-            if st.slow.contains(&print) {
-                return 0;
-            }
             while conn.passengers.len() < p.depth {
                 while st.waiters.front().is_some_and(|w| w.tx.is_closed()) {
                     st.waiters.pop_front();
@@ -155,13 +165,29 @@ impl Pool {
         self.aboard.load(Ordering::Relaxed)
     }
 
-    /// A plain request that ran longer than pipeline_slow_query: nothing is to be sent
-    /// behind its like again.
-    pub(crate) fn note_slow(&self, print: u16) {
-        let mut st = self.lock();
-        if st.slow.len() >= SLOW_KEPT {
-            st.slow.clear();
+    /// A plain request of fingerprint `print` ran longer than pipeline_slow_query, or
+    /// did not: what is sent behind its like from now on depends on it (`SLOW_RUN`).
+    pub(crate) fn note_run(&self, print: u16, slow: bool) {
+        if slow {
+            let slots = self
+                .slow
+                .get_or_init(|| (0..SLOW_SLOTS).map(|_| AtomicU8::new(0)).collect());
+            let s = &slots[slot(print)];
+            // Racing updates may lose one: it only steers a heuristic.
+            let v = s.load(Ordering::Relaxed);
+            s.store(v.saturating_add(SLOW_RUN).min(SLOW_MOST), Ordering::Relaxed);
+        } else if let Some(slots) = self.slow.get() {
+            let s = &slots[slot(print)];
+            let v = s.load(Ordering::Relaxed);
+            if v > 0 {
+                s.store(v - 1, Ordering::Relaxed);
+            }
         }
-        st.slow.insert(print);
+    }
+
+    fn known_slow(&self, print: u16) -> bool {
+        self.slow
+            .get()
+            .is_some_and(|slots| slots[slot(print)].load(Ordering::Relaxed) > 0)
     }
 }

@@ -7,7 +7,7 @@
 //! read back. Anything else, or anything this cannot tell, is not pipelined.
 
 use super::effects;
-use super::lexer::{tokens, Tok};
+use super::lexer::{is_ident_byte, tokens, Tok};
 
 /// Statements that run inside the implicit transaction their message opens and end with
 /// it. Not CALL (a procedure may COMMIT), not DO, not the utility commands.
@@ -73,13 +73,45 @@ fn calls_set_config(sql: &[u8]) -> bool {
     })
 }
 
-/// Folds `bytes` into a request's fingerprint (FNV-1a, xor-folded to 16 bits): the pool
-/// remembers the ones that ran long, and sends nothing behind them again.
+/// Folds `bytes` into a request's fingerprint (FNV-1a, xor-folded to 16 bits), each
+/// literal (a quoted string, a number that is not part of a name) folded as one `?`: a
+/// query whose values are inlined (client-side interpolation, `pgbench -M simple`) has
+/// one fingerprint whatever the values, so the pool's memory of requests that ran long
+/// (pool::pipeline) holds for its like.
 pub fn fold(print: u16, bytes: &[u8]) -> u16 {
     let mut h = 0x811c_9dc5_u32 ^ u32::from(print);
-    for &b in bytes {
+    let mut mix = |b: u8| {
         h ^= u32::from(b);
         h = h.wrapping_mul(0x0100_0193);
+    };
+    let mut i = 0;
+    let mut prev = 0u8;
+    while let Some(&b) = bytes.get(i) {
+        i += 1;
+        if b == b'\'' {
+            // To its closing quote; a doubled one stands for a quote.
+            while let Some(&c) = bytes.get(i) {
+                i += 1;
+                if c == b'\'' {
+                    if bytes.get(i) != Some(&b'\'') {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            mix(b'?');
+        } else if b.is_ascii_digit() && !is_ident_byte(prev) {
+            while bytes
+                .get(i)
+                .is_some_and(|c| c.is_ascii_digit() || *c == b'.')
+            {
+                i += 1;
+            }
+            mix(b'?');
+        } else {
+            mix(b);
+        }
+        prev = b;
     }
     ((h >> 16) ^ h) as u16
 }
@@ -89,7 +121,44 @@ pub const PRINT_SEED: u16 = 0;
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{fold, plain, PRINT_SEED};
+
+    fn print(sql: &str) -> u16 {
+        fold(PRINT_SEED, sql.as_bytes())
+    }
+
+    #[test]
+    fn a_fingerprint_leaves_the_values_out() {
+        let same = [
+            (
+                "UPDATE pgbench_accounts SET abalance = abalance + -4021 WHERE aid = 81234",
+                "UPDATE pgbench_accounts SET abalance = abalance + -3 WHERE aid = 7",
+            ),
+            (
+                "select pg_sleep(0.2), 'slow'",
+                "select pg_sleep(10), 'it''s slower'",
+            ),
+            (
+                "select * from t where s = ''",
+                "select * from t where s = 'x'",
+            ),
+        ];
+        for (a, b) in same {
+            assert_eq!(print(a), print(b), "{a} / {b}");
+        }
+        let different = [
+            ("select * from t1", "select * from t2"),
+            (
+                "select * from t where id = 1",
+                "select * from u where id = 1",
+            ),
+            ("select 'a', 1", "select 'a' || 1"),
+            ("select $1", "select $2"),
+        ];
+        for (a, b) in different {
+            assert_ne!(print(a), print(b), "{a} / {b}");
+        }
+    }
 
     #[test]
     fn reads_and_writes_of_rows_are_plain() {
