@@ -91,7 +91,12 @@ where
         q(&x, &format!("select pg_sleep({hold})")).await.unwrap();
         x
     });
-    // The holder's query has reached the server once a client queues behind it.
+    // The holder's query is on the server, and has run for longer than
+    // pipeline_slow_query when A queues: A does not go behind it (pool::pipeline).
+    assert!(
+        eventually(TIMEOUT, || pools_at(weir.port(), "sv_active") == 1),
+        "the holder did not get the server"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let a_task = tokio::spawn(first(a));
     assert!(
@@ -285,6 +290,43 @@ async fn only_plain_requests_share_a_server() {
     assert_eq!((a.as_str(), b.as_str()), ("a", "b"));
     assert_eq!(pipelined(&off), 0);
     assert_eq!(pools_at(off.port(), "pipeline_depth"), 0);
+}
+
+/// A client that queues while a request runs goes behind it then, not at the next
+/// release: the holder's relay is woken when a client queues (pool::Pool::boarding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        // The holder's one second is not slow here.
+        .set("pipeline_slow_query", "10s")
+        .start();
+    let port = weir.port();
+    let x = connect(port, "postgres", "postgres").await.unwrap();
+    let a = connect(port, "postgres", "postgres").await.unwrap();
+    let holder = tokio::spawn(async move { q(&x, "select pg_sleep(1), 'x'").await.map(|_| ()) });
+    assert!(
+        eventually(TIMEOUT, || pools_at(port, "sv_active") == 1),
+        "the holder did not get the server"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let a_task = tokio::spawn(async move { q1(&a, "select 'a'").await });
+    // Aboard while the holder's query still has most of its second to run.
+    assert!(
+        eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1),
+        "A did not go behind the running request"
+    );
+    assert_eq!(pipelined(&weir), 1);
+    let ra = tokio::time::timeout(TIMEOUT, a_task)
+        .await
+        .expect("A hung")
+        .unwrap();
+    assert_eq!(ra, "a");
+    assert!(holder.await.unwrap().is_ok());
+    assert_eq!(pools_at(port, "cl_pipelined"), 0);
 }
 
 /// Nothing goes behind a request like one that ran longer than pipeline_slow_query

@@ -3,6 +3,7 @@
 //! server sent past its own last ReadyForQuery.
 
 use super::relay::{BOARDED, CARRYING, PLAIN, UNNAMED_PLAIN, UNSYNCED};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
@@ -87,24 +88,46 @@ impl Session {
             && self.cframe.at_boundary()
     }
 
-    /// Once the client's request is all written and owes only its answer, lets clients
-    /// waiting for a server send theirs behind it (pool::pipeline).
-    pub(super) fn board(&mut self, server: &mut Lease) {
+    /// Whether the client's request is all written and it owes only its answer: others
+    /// may be sent behind it.
+    fn may_board(&self) -> bool {
         let x = &self.exchange;
-        if x.pending != 1
-            || x.has(UNSYNCED)
-            || self.touched != 0
-            || self.held_back
-            || self.cframe.scanned() != 0
-            || !self.cframe.at_boundary()
-        {
+        x.pending == 1
+            && !x.has(UNSYNCED)
+            && self.touched == 0
+            && !self.held_back
+            && self.cframe.scanned() == 0
+            && self.cframe.at_boundary()
+    }
+
+    /// Once the client's plain request is all written and owes only its answer, lets
+    /// clients waiting for a server send theirs behind it (pool::pipeline).
+    pub(super) fn board(&mut self, server: &mut Lease) {
+        if !self.may_board() {
             return;
         }
         self.exchange.set(BOARDED, true);
+        self.board_waiters(server);
+    }
+
+    /// While its request runs (after `board`), the relay is woken when a client queues
+    /// (`Pool::boarding`): that client's request may still go behind. True if it went.
+    pub(super) fn board_late(&mut self, server: &mut Lease, cx: &mut Context<'_>) -> bool {
+        if !self.may_board() || self.pool.settings().pipeline.depth == 0 {
+            return false;
+        }
+        // Before looking at the queue, so that a client queueing meanwhile wakes us.
+        self.pool.boarding.register(cx.waker());
+        self.board_waiters(server)
+    }
+
+    fn board_waiters(&mut self, server: &mut Lease) -> bool {
         let age = self.query_started.map_or(Duration::ZERO, |t| t.elapsed());
-        if server.board(self.exchange.print, age) > 0 {
+        let went = server.board(self.exchange.print, age) > 0;
+        if went {
             self.exchange.set(CARRYING, true);
         }
+        went
     }
 
     /// The client has gone with requests of others behind its own on the server: reads

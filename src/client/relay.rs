@@ -277,6 +277,11 @@ impl Session {
                 return Poll::Ready(Event::Idle);
             }
             if !progress {
+                if self.exchange.flags & (BOARDED | PLAIN) == BOARDED | PLAIN
+                    && self.board_late(server, cx)
+                {
+                    continue;
+                }
                 if self.timeouts.relay_has_any() {
                     if let Some(e) = self.poll_deadline(cx) {
                         return Poll::Ready(Event::Timeout(e));

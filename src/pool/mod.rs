@@ -145,6 +145,9 @@ pub struct Pool {
     /// By fingerprint, how recently requests ran longer than pipeline_slow_query
     /// (pipeline); made at the first such request.
     slow: std::sync::OnceLock<Box<[std::sync::atomic::AtomicU8]>>,
+    /// A holder whose request is all written, with no one queued then: woken when a
+    /// client queues, so that its request may still go behind (pipeline).
+    pub(crate) boarding: atomic_waker::AtomicWaker,
 }
 
 impl Pool {
@@ -175,6 +178,7 @@ impl Pool {
             being_canceled: AtomicUsize::new(0),
             aboard: Arc::new(AtomicUsize::new(0)),
             slow: std::sync::OnceLock::new(),
+            boarding: atomic_waker::AtomicWaker::new(),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);
@@ -282,13 +286,14 @@ impl Pool {
                         Slot::LoginBlocked(e) if for_login => return Err(e),
                         other => {
                             let (tx, rx) = oneshot::channel();
+                            let may_board = ahead.is_some();
                             st.waiters.push_back(Waiter {
                                 since: Instant::now(),
                                 tx,
                                 ahead: ahead.take(),
                             });
                             self.queued.store(true, Ordering::Relaxed);
-                            (Err(rx), matches!(other, Slot::Limited))
+                            (Err((rx, may_board)), matches!(other, Slot::Limited))
                         }
                     },
                 }
@@ -299,7 +304,10 @@ impl Pool {
             }
             let grant = match step {
                 Ok(g) => g,
-                Err(rx) => {
+                Err((rx, may_board)) => {
+                    if may_board {
+                        self.boarding.wake();
+                    }
                     let mut waiting = lease::Waiting::new(self.clone(), rx);
                     if limited && settings.limits.evict_idle(self) {
                         // Room was made: the eviction's release hands it to the first waiter.

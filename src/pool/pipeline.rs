@@ -98,7 +98,7 @@ impl Pool {
         }
         let settings = self.settings();
         let p = settings.pipeline;
-        if p.depth == 0
+        if conn.passengers.len() >= p.depth
             || age >= p.slow
             || conn.stream.is_tls()
             || settings.server_reset_query_always
