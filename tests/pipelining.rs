@@ -19,14 +19,18 @@ use common::*;
 use tokio_postgres::Client;
 
 fn one_server(pg: &PgServer, depth: Option<u32>) -> Weir {
-    let mut b = Weir::for_pg(pg)
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", 1)
-        .set("admin_users", "postgres");
+    let mut b = one_server_config(pg);
     if let Some(d) = depth {
         b = b.set("pipeline_depth", d);
     }
     b.start()
+}
+
+fn one_server_config(pg: &PgServer) -> WeirBuilder {
+    Weir::for_pg(pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
 }
 
 fn admin(port: u16) -> RawConn {
@@ -297,11 +301,8 @@ async fn only_plain_requests_share_a_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
     let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg)
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", 1)
-        .set("admin_users", "postgres")
-        // The holder's one second is not slow here.
+    // The holder's one second is not slow here.
+    let weir = one_server_config(&pg)
         .set("pipeline_slow_query", "10s")
         .start();
     let port = weir.port();
