@@ -113,10 +113,19 @@ impl Session {
     /// While its request runs (after `board`), the relay is woken when a client queues
     /// (`Pool::boarding`): that client's request may still go behind. True if it went.
     pub(super) fn board_late(&mut self, server: &mut Lease, cx: &mut Context<'_>) -> bool {
-        if !self.may_board() || self.pool.settings().pipeline.depth == 0 {
+        if !self.may_board() {
             return false;
         }
-        // Before looking at the queue, so that a client queueing meanwhile wakes us.
+        if self.board_waiters(server) {
+            return true;
+        }
+        // A full queue whose head cannot go is no reason to wake; nor a full pipeline.
+        if self.pool.may_have_waiters()
+            || server.passengers.len() >= self.pool.settings().pipeline.depth
+        {
+            return false;
+        }
+        // Registered before looking again, so that a client queueing meanwhile wakes us.
         self.pool.boarding.register(cx.waker());
         self.board_waiters(server)
     }

@@ -160,6 +160,11 @@ impl Pool {
         }
     }
 
+    /// Whether clients may be waiting (a hint, cleared when `board` finds none).
+    pub(crate) fn may_have_waiters(&self) -> bool {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// Waiting clients whose request is on a busy server behind another's.
     pub fn pipelined_now(&self) -> usize {
         self.aboard.load(Ordering::Relaxed)
