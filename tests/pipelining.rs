@@ -330,6 +330,50 @@ async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
     assert_eq!(pools_at(port, "cl_pipelined"), 0);
 }
 
+/// A client whose request is aboard asks to cancel it: nothing goes behind it until the
+/// cancel is sent (pool::pipeline::HoldBoarding), else the cancel would be dropped, as it
+/// could hit the request behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_aboard_holds_back_the_next_passenger() {
+    let pg = PgServer::start();
+    let weir = one_server_config(&pg)
+        .set("pipeline_slow_query", "10s")
+        .start();
+    let port = weir.port();
+    let a = connect(port, "postgres", "postgres").await.unwrap();
+    let b = connect(port, "postgres", "postgres").await.unwrap();
+    let c = connect(port, "postgres", "postgres").await.unwrap();
+    let a_task = tokio::spawn(async move { q(&a, "select pg_sleep(1), 'a'").await.map(|_| ()) });
+    assert!(eventually(TIMEOUT, || pools_at(port, "sv_active") == 1));
+    let token = b.cancel_token();
+    let b_task = tokio::spawn(async move {
+        q(&b, "select pg_sleep(5), 'b'")
+            .await
+            .map(|_| ())
+            .map_err(|e| code(&e))
+    });
+    assert!(
+        eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1),
+        "B did not go behind A"
+    );
+    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    // C queues once the cancel has reached Weir.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c_task = tokio::spawn(async move { q1(&c, "select 'c'").await });
+    let rb = tokio::time::timeout(TIMEOUT, b_task)
+        .await
+        .expect("B hung")
+        .unwrap();
+    assert_eq!(rb, Err("57014".to_string()), "B's cancel was lost");
+    let rc = tokio::time::timeout(TIMEOUT, c_task)
+        .await
+        .expect("C hung")
+        .unwrap();
+    assert_eq!(rc, "c");
+    assert!(a_task.await.unwrap().is_ok(), "A's query was cancelled");
+    assert_eq!(pipelined(&weir), 1, "C went behind B");
+}
+
 /// Nothing goes behind a request like one that ran longer than pipeline_slow_query
 /// lately (the same text but for its values): a client queued behind it waits for any
 /// server instead of being stuck behind a slow query. Quick runs of its like make it

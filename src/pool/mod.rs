@@ -148,6 +148,8 @@ pub struct Pool {
     /// A holder whose request is all written, with no one queued then: woken when a
     /// client queues, so that its request may still go behind (pipeline).
     pub(crate) boarding: atomic_waker::AtomicWaker,
+    /// Passengers whose client asked to cancel (pipeline::HoldBoarding).
+    cancels_aboard: AtomicUsize,
 }
 
 impl Pool {
@@ -179,6 +181,7 @@ impl Pool {
             aboard: Arc::new(AtomicUsize::new(0)),
             slow: std::sync::OnceLock::new(),
             boarding: atomic_waker::AtomicWaker::new(),
+            cancels_aboard: AtomicUsize::new(0),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

@@ -65,6 +65,17 @@ impl Drop for Passenger {
     }
 }
 
+/// A waiting client asked to cancel its request, which has gone to a busy server already:
+/// until it has that server (and sends the cancel on), nothing more is sent behind a
+/// request on its pool, since once its request ends the cancel could only hit theirs.
+pub struct HoldBoarding(Arc<Pool>);
+
+impl Drop for HoldBoarding {
+    fn drop(&mut self) {
+        self.0.cancels_aboard.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Settings of a pool's pipelining.
 #[derive(Debug, Clone, Copy)]
 pub struct PipelineSettings {
@@ -100,6 +111,9 @@ impl Pool {
         let p = settings.pipeline;
         if conn.passengers.len() >= p.depth
             || age >= p.slow
+            || self.cancels_aboard.load(Ordering::Relaxed) > 0
+            // A cancel on its way for the running request could hit one behind it.
+            || conn.info.0.being_canceled()
             || conn.stream.is_tls()
             || settings.server_reset_query_always
             || conn.passengers.back().is_some_and(|b| !b.whole)
@@ -158,6 +172,12 @@ impl Pool {
         } else {
             settings.pipeline.depth
         }
+    }
+
+    /// Holds all pipelining on this pool back while a passenger's cancel waits.
+    pub fn hold_boarding(self: &Arc<Self>) -> HoldBoarding {
+        self.cancels_aboard.fetch_add(1, Ordering::Relaxed);
+        HoldBoarding(self.clone())
     }
 
     /// Whether clients may be waiting (a hint, cleared when `board` finds none).
