@@ -296,23 +296,35 @@ async fn only_plain_requests_share_a_server() {
     assert_eq!(pools_at(off.port(), "pipeline_depth"), 0);
 }
 
-/// A client that queues while a request runs goes behind it then, not at the next
-/// release: the holder's relay is woken when a client queues (pool::Pool::boarding).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
-    let pg = PgServer::start();
-    // The holder's one second is not slow here.
-    let weir = one_server_config(&pg)
+/// A one-server pool whose server a client holds with a query of one second, which is
+/// not slow there (pipeline_slow_query 10 s): requests may go behind it all along.
+async fn holding_one_second(
+    pg: &PgServer,
+) -> (
+    Weir,
+    tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+) {
+    let weir = one_server_config(pg)
         .set("pipeline_slow_query", "10s")
         .start();
     let port = weir.port();
     let x = connect(port, "postgres", "postgres").await.unwrap();
-    let a = connect(port, "postgres", "postgres").await.unwrap();
     let holder = tokio::spawn(async move { q(&x, "select pg_sleep(1), 'x'").await.map(|_| ()) });
     assert!(
         eventually(TIMEOUT, || pools_at(port, "sv_active") == 1),
         "the holder did not get the server"
     );
+    (weir, holder)
+}
+
+/// A client that queues while a request runs goes behind it then, not at the next
+/// release: the holder's relay is woken when a client queues (pool::Pool::boarding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
+    let pg = PgServer::start();
+    let (weir, holder) = holding_one_second(&pg).await;
+    let port = weir.port();
+    let a = connect(port, "postgres", "postgres").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let a_task = tokio::spawn(async move { q1(&a, "select 'a'").await });
     // Aboard while the holder's query still has most of its second to run.
@@ -336,15 +348,10 @@ async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_aboard_holds_back_the_next_passenger() {
     let pg = PgServer::start();
-    let weir = one_server_config(&pg)
-        .set("pipeline_slow_query", "10s")
-        .start();
+    let (weir, a_task) = holding_one_second(&pg).await;
     let port = weir.port();
-    let a = connect(port, "postgres", "postgres").await.unwrap();
     let b = connect(port, "postgres", "postgres").await.unwrap();
     let c = connect(port, "postgres", "postgres").await.unwrap();
-    let a_task = tokio::spawn(async move { q(&a, "select pg_sleep(1), 'a'").await.map(|_| ()) });
-    assert!(eventually(TIMEOUT, || pools_at(port, "sv_active") == 1));
     let token = b.cancel_token();
     let b_task = tokio::spawn(async move {
         q(&b, "select pg_sleep(5), 'b'")
