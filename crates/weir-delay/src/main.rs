@@ -28,7 +28,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: weir-delay --listen ADDR:PORT --upstream ADDR:PORT \
-                     [--control ADDR:PORT] [--delay-us N]";
+                     [--control ADDR:PORT] [--delay-us N] | --version";
 
 fn parse_args() -> Result<Args, String> {
     let mut listen = None;
@@ -39,6 +39,10 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             return Err(USAGE.to_string());
+        }
+        if flag == "--version" {
+            println!("weir-delay {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
         }
         let value = it
             .next()
