@@ -105,6 +105,7 @@ def find_toxiproxy():
 class Toxiproxy:
     """One toxiproxy-server with one proxy in front of PostgreSQL. The caller starts the
     process (so that its own cleanup tracks it) with `command()` and then calls `ready()`."""
+    name = "toxiproxy"
 
     def __init__(self, binary, api_port, listen_port, upstream_port):
         self.binary = binary
@@ -197,7 +198,6 @@ class DelayProxy:
     (`delay <us>`, `get`). The same interface as Toxiproxy; the delay is in whole
     microseconds, so fractions of a ms (0.25) are exact."""
     name = "weir-delay"
-    description = "weir-delay (crates/weir-delay)"
 
     def __init__(self, binary, control_port, listen_port, upstream_port):
         self.binary = binary
@@ -246,7 +246,7 @@ class DelayProxy:
         try:
             r = subprocess.run([self.binary, "--version"], capture_output=True, text=True,
                                timeout=10)
-            self.version = r.stdout.strip() or "?"
+            self.version = r.stdout.strip().removeprefix("weir-delay ") or "?"
         except (OSError, subprocess.SubprocessError):
             self.version = "?"
 
