@@ -32,6 +32,12 @@ fn command(line: &str, delay: &AtomicU64) -> String {
     match (words.next(), words.next(), words.next()) {
         (Some("get"), None, _) => format!("{}\n", delay.load(Ordering::Relaxed)),
         (Some("delay"), Some(us), None) => match us.parse::<u64>() {
+            Ok(us) if us > crate::pipe::MAX_DELAY_US => {
+                format!(
+                    "error: delay {us}: more than {} us\n",
+                    crate::pipe::MAX_DELAY_US
+                )
+            }
             Ok(us) => {
                 delay.store(us, Ordering::Relaxed);
                 "ok\n".to_string()

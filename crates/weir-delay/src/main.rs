@@ -56,6 +56,9 @@ fn parse_args() -> Result<Args, String> {
             "--control" => control = Some(addr()?),
             "--delay-us" => {
                 delay_us = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?;
+                if delay_us > pipe::MAX_DELAY_US {
+                    return Err(format!("{flag} {value}: more than {}", pipe::MAX_DELAY_US));
+                }
             }
             _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
         }

@@ -6,12 +6,20 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 const CHUNK: usize = 64 * 1024;
+/// Chunks held per direction before the reader stops reading: a receiver that does not
+/// read pushes back on the sender through TCP, as on a real link, instead of the proxy
+/// buffering without limit. At 1 ms, 256 chunks in flight per connection is far above
+/// what a request/reply protocol sends.
+const IN_FLIGHT: usize = 256;
+/// The longest delay the control port and --delay-us accept (an Instant plus much more
+/// would overflow).
+pub const MAX_DELAY_US: u64 = 60_000_000;
 
 type Chunk = (Instant, Vec<u8>);
 
@@ -43,8 +51,8 @@ pub fn run(client: TcpStream, server: TcpStream, delay: Arc<AtomicU64>) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let pair = Arc::new(Pair { client, server });
-    let (up_tx, up_rx) = mpsc::channel();
-    let (down_tx, down_rx) = mpsc::channel();
+    let (up_tx, up_rx) = mpsc::sync_channel(IN_FLIGHT);
+    let (down_tx, down_rx) = mpsc::sync_channel(IN_FLIGHT);
     let spawns = [
         spawn_writer("up-writer", pair.clone(), up_rx, false),
         spawn_writer("down-writer", pair.clone(), down_rx, true),
@@ -72,7 +80,7 @@ fn spawn_writer(
 
 /// Reads from the server (`from_server`) or the client, and queues each chunk with its
 /// deadline. EOF drops the sender: the writer then flushes and half-closes.
-fn read_side(pair: &Pair, from_server: bool, tx: &Sender<Chunk>, delay: &AtomicU64) {
+fn read_side(pair: &Pair, from_server: bool, tx: &SyncSender<Chunk>, delay: &AtomicU64) {
     let mut src = if from_server {
         &pair.server
     } else {

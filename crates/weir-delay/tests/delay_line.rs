@@ -190,6 +190,7 @@ fn the_control_port_changes_the_delay() {
     assert_eq!(control(&p, "delay 30000"), "ok");
     assert_eq!(control(&p, "get"), "30000");
     assert!(control(&p, "delay -1").starts_with("error"));
+    assert!(control(&p, "delay 18446744073709551615").starts_with("error"));
     assert!(control(&p, "bogus").starts_with("error"));
     assert_eq!(control(&p, "get"), "30000");
     // A connection opened before the change is delayed too (chunks read from now on).
@@ -227,4 +228,42 @@ fn a_failed_upstream_closes_the_client_not_the_proxy() {
         "the proxy exited"
     );
     assert_eq!(control(&p, "get"), "0");
+}
+
+#[test]
+fn a_receiver_that_does_not_read_pushes_back_on_the_sender() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = l.local_addr().expect("addr");
+    // Accepts and then never reads.
+    let server = thread::spawn(move || l.accept().map(|(c, _)| c));
+    let p = start(upstream, 1000);
+    let c = TcpStream::connect(p.listen).expect("connect");
+    c.set_nonblocking(true).expect("nonblocking");
+    let block = vec![7u8; 64 * 1024];
+    let (mut sent, mut stalled_since) = (0usize, None::<Instant>);
+    // With a queue without limit the proxy would take it all; bounded, it stops reading
+    // and the client's writes stall at a few tens of MB (the proxy's queue and the
+    // kernels' buffers).
+    while sent < 200 << 20 {
+        match (&c).write(&block) {
+            Ok(n) => {
+                sent += n;
+                stalled_since = None;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(
+        sent < 100 << 20,
+        "the proxy took {} MB from a client whose peer reads nothing",
+        sent >> 20
+    );
+    drop(server.join());
 }
