@@ -1,14 +1,22 @@
 """bench/run's network-delay mode (--delay, --delay-suite): a delay between the poolers
-(and direct pgbench) and PostgreSQL on loopback, with Toxiproxy's latency toxic.
+(and direct pgbench) and PostgreSQL on loopback, made by a proxy in user space.
 
-The kernel here has no netem qdisc, so the delay is added in user space: toxiproxy-server
-(scripts/install-toxiproxy) listens on a free port in front of PostgreSQL and holds every
-chunk for `latency` ms in each direction (toxics on the upstream and the downstream
-stream, jitter 0). The toxic delays each chunk from the moment it was read, not from when
-the one before it left, so back-to-back messages are not serialized behind each other:
-it behaves like a link with a fixed one-way delay. Its latency is an integer number of
-milliseconds (LatencyToxic.Latency is an int64 of ms in v2.5.0, and no finer option
-exists), so 0.25 ms cannot be expressed: parse_delays refuses it rather than round it.
+The kernel here has no netem qdisc, so the delay is added by a proxy listening on a free
+port in front of PostgreSQL, which holds every chunk for the delay in each direction. Two
+proxies, with the same interface (command, process_env, ready, set_delay, listen_port,
+delay_ms, version, name):
+
+- Toxiproxy (`--proxy toxiproxy`): toxiproxy-server (scripts/install-toxiproxy) with a
+  latency toxic on the upstream and the downstream stream, jitter 0. Its latency is an
+  integer number of milliseconds (LatencyToxic.Latency is an int64 of ms in v2.5.0, and no
+  finer option exists), so 0.25 ms cannot be expressed with it.
+- weir-delay (`--proxy weir-delay`, crates/weir-delay): the project's own delay line, in
+  microseconds, built by bench/run with cargo. The default when a delay is not a whole
+  number of ms, and for --delay-suite (0, 0.25 and 1 ms through one proxy).
+
+Both delay each chunk from the moment it was read, not from when the one before it left,
+so back-to-back messages are not serialized behind each other: they behave like a link
+with a fixed one-way delay.
 
 Python 3 standard library only.
 """
@@ -17,6 +25,7 @@ import json
 import math
 import os
 import re
+import socket
 import subprocess
 import time
 import urllib.error
@@ -39,10 +48,13 @@ class DelayError(Exception):
     pass
 
 
+PROXIES = ("toxiproxy", "weir-delay")
+
+
 def parse_delays(text):
-    """'0,1' -> [0, 1] (ms each way). Whole milliseconds only: Toxiproxy's latency toxic
-    cannot express less, and a silently rounded 0.25 would measure 0 or 1 ms under the
-    wrong label."""
+    """'0,0.25,1' -> [0, 0.25, 1] (ms each way; whole ms as int). Whole microseconds at
+    most (weir-delay's unit); whether the proxy can express them is checked_for_proxy's
+    business, once --proxy is known."""
     out = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -51,15 +63,33 @@ def parse_delays(text):
             v = float(part)
         except ValueError:
             raise ValueError(f"--delay: {part!r} is not a number of milliseconds") from None
-        if v < 0 or v != int(v):
-            raise ValueError(
-                f"--delay: {part} ms cannot be expressed: Toxiproxy's latency toxic takes "
-                "whole milliseconds (LatencyToxic.Latency is an integer of ms); use 0, 1, 2, ...")
-        if int(v) not in out:
-            out.append(int(v))
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"--delay: {part} is not a delay (0 or more milliseconds)")
+        if abs(v * 1000 - round(v * 1000)) > 1e-6:
+            raise ValueError(f"--delay: {part} ms is not a whole number of microseconds")
+        v = int(v) if v == int(v) else round(v, 3)
+        if v not in out:
+            out.append(v)
     if not out:
         raise ValueError("--delay: no delay given")
     return out
+
+
+def default_proxy(delays):
+    """Toxiproxy where it can express every delay (whole ms), else weir-delay."""
+    return "toxiproxy" if all(d == int(d) for d in delays) else "weir-delay"
+
+
+def check_for_proxy(delays, proxy):
+    """Refuses a fraction of a ms for Toxiproxy: a silently rounded 0.25 would measure 0
+    or 1 ms under the wrong label."""
+    if proxy == "toxiproxy":
+        for d in delays:
+            if d != int(d):
+                raise ValueError(
+                    f"--delay: {d} ms cannot be expressed: Toxiproxy's latency toxic takes "
+                    "whole milliseconds (LatencyToxic.Latency is an integer of ms); use 0, 1, "
+                    "2, ... or --proxy weir-delay")
 
 
 def find_toxiproxy():
@@ -75,6 +105,7 @@ def find_toxiproxy():
 class Toxiproxy:
     """One toxiproxy-server with one proxy in front of PostgreSQL. The caller starts the
     process (so that its own cleanup tracks it) with `command()` and then calls `ready()`."""
+    name = "toxiproxy"
 
     def __init__(self, binary, api_port, listen_port, upstream_port):
         self.binary = binary
@@ -145,6 +176,93 @@ class Toxiproxy:
         self.delay_ms = ms
 
 
+def find_weir_delay(cargo):
+    """crates/weir-delay's binary, built (or found up to date) by cargo in the release
+    profile; an existing binary is used when cargo is missing."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    binary = target / "release" / "weir-delay"
+    try:
+        r = subprocess.run([cargo, "build", "--release", "-p", "weir-delay"], cwd=REPO,
+                           capture_output=True, text=True)
+    except OSError as e:
+        if os.access(binary, os.X_OK):
+            return str(binary)
+        raise DelayError(f"cannot build weir-delay ({e}) and {binary} does not exist") from None
+    if r.returncode != 0 or not os.access(binary, os.X_OK):
+        raise DelayError(f"cargo build --release -p weir-delay failed:\n{r.stderr[-2000:]}")
+    return str(binary)
+
+
+class DelayProxy:
+    """One weir-delay process in front of PostgreSQL, driven through its control port
+    (`delay <us>`, `get`). The same interface as Toxiproxy; the delay is in whole
+    microseconds, so fractions of a ms (0.25) are exact."""
+    name = "weir-delay"
+
+    def __init__(self, binary, control_port, listen_port, upstream_port):
+        self.binary = binary
+        self.control_port = control_port
+        self.listen_port = listen_port
+        self.upstream_port = upstream_port
+        self.delay_ms = 0
+        self.version = None
+
+    def command(self):
+        return [self.binary, "--listen", f"127.0.0.1:{self.listen_port}",
+                "--upstream", f"127.0.0.1:{self.upstream_port}",
+                "--control", f"127.0.0.1:{self.control_port}", "--delay-us", "0"]
+
+    @staticmethod
+    def process_env():
+        return dict(os.environ)
+
+    def _control(self, line):
+        try:
+            with socket.create_connection(("127.0.0.1", self.control_port), timeout=10) as s:
+                s.sendall(line.encode() + b"\n")
+                answer = b""
+                while not answer.endswith(b"\n"):
+                    more = s.recv(256)
+                    if not more:
+                        break
+                    answer += more
+        except OSError as e:
+            raise DelayError(f"weir-delay control {line!r}: {e}") from None
+        return answer.decode(errors="replace").strip()
+
+    def ready(self, proc, limit=20.0):
+        """Waits for the control port (it opens before the proxy says it is listening)."""
+        deadline = time.monotonic() + limit
+        while True:
+            if proc.poll() is not None:
+                raise DelayError(f"weir-delay exited at startup (rc {proc.returncode})")
+            try:
+                self._control("get")
+                break
+            except DelayError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        try:
+            r = subprocess.run([self.binary, "--version"], capture_output=True, text=True,
+                               timeout=10)
+            self.version = r.stdout.strip().removeprefix("weir-delay ") or "?"
+        except (OSError, subprocess.SubprocessError):
+            self.version = "?"
+
+    def set_delay(self, ms):
+        """`ms` milliseconds each way, for every chunk read from now on (bench/run
+        restarts the poolers after a change anyway)."""
+        us = round(ms * 1000)
+        answer = self._control(f"delay {us}")
+        if answer != "ok":
+            raise DelayError(f"weir-delay: 'delay {us}' answered {answer!r}")
+        got = self._control("get")
+        if got != str(us):
+            raise DelayError(f"weir-delay delay is {got!r} us, wanted {us}")
+        self.delay_ms = ms
+
+
 def measure_rtt(pgbench, port, client_env, script, user, db, seconds=3):
     """Mean `SELECT 1` round trip (ms) of one pgbench client on `port` (a persistent
     connection, simple protocol): what one request/reply pair costs through that path."""
@@ -165,7 +283,7 @@ def check_delay(rtt_plain, rtt_proxy0, rtt_delayed, ms):
     added = rtt_delayed - rtt_plain
     line = (f"delay {ms} ms each way: SELECT 1 round trip {rtt_delayed:.3f} ms through the "
             f"proxy vs {rtt_plain:.3f} ms without it ({rtt_proxy0:.3f} ms through the proxy "
-            f"with no toxic): {added:.3f} ms added per round trip (expected {2 * ms})")
+            f"with no delay): {added:.3f} ms added per round trip (expected {2 * ms:g})")
     return line, added >= 2 * ms * 0.9
 
 
@@ -178,7 +296,7 @@ ORDER = ("direct", "pgbouncer", "weir-nopipe", "weir")
 POOLER_ORDER = ORDER[1:]
 
 
-def print_delay_summary(rows, base_pool, clients, checks, out):
+def print_delay_summary(rows, base_pool, clients, checks, out, proxy_name="toxiproxy"):
     """TPS per workload and delay at the base pool size (every target, and each Weir
     target against PgBouncer, Weir with pipelining against without, Weir against direct),
     then TPS against pool size, then the share of Weir's transactions sent pipelined."""
@@ -210,13 +328,13 @@ def print_delay_summary(rows, base_pool, clients, checks, out):
               "client, through the same delay"
               + ("; nP = weir-nopipe, pipelining off)" if "weir-nopipe" in targets else ")"),
               ""]
-    lines.append(f"{'workload':<28} {'delay':>6} "
+    lines.append(f"{'workload':<28} {'delay':>7} "
                  + " ".join(f"{NAMES[t]:>11}" for t in targets)
                  + "".join(f" {h:>8}" for _, _, h in ratios))
     for wl in wls:
         for d in delays:
             c = {t: by.get((wl, d, base_pool, t)) for t in targets}
-            lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} "
+            lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>7} "
                          + " ".join(cell(c[t]) for t in targets)
                          + "".join(f" {ratio(c[a], c[b])}" for a, b, _ in ratios))
     if len(pools) > 1:
@@ -225,30 +343,30 @@ def print_delay_summary(rows, base_pool, clients, checks, out):
                  for wl in wls for d in delays for p in pools}
         w = max(len(v) for v in table.values()) + 1
         lines += ["", f"TPS against pool size ({title})", ""]
-        lines.append(f"{'workload':<28} {'delay':>6} "
+        lines.append(f"{'workload':<28} {'delay':>7} "
                      + " ".join(f"{f'pool {p}':>{w}}" for p in pools))
         for wl in wls:
             for d in delays:
-                lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} "
+                lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>7} "
                              + " ".join(f"{table[(wl, d, p)]:>{w}}" for p in pools))
     piped = [r for r in rows if r.get("pipelined_share") is not None]
     if piped:
         lines += ["", "Share of Weir's transactions sent pipelined behind another "
                   "(SHOW STATS total_pipelined_count; weir-nopipe should be 0%)", ""]
         wt = [t for t in ("weir-nopipe", "weir") if t in targets]
-        lines.append(f"{'workload':<28} {'delay':>6} {'target':>11} "
+        lines.append(f"{'workload':<28} {'delay':>7} {'target':>11} "
                      + " ".join(f"{f'pool {p}':>8}" for p in pools))
         for wl in wls:
             for d in delays:
                 for t in wt:
                     vals = [by.get((wl, d, p, t)) for p in pools]
-                    lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>6} {t:>11} " + " ".join(
+                    lines.append(f"{wname.get(wl, wl):<28} {f'{d} ms':>7} {t:>11} " + " ".join(
                         f"{v['pipelined_share']:8.0%}" if v and v.get("pipelined_share")
                         is not None else f"{'-':>8}" for v in vals))
     lines += acceptance_lines(by, wls, delays, pools, base_pool)
     proxy = [r for r in rows if r.get("proxy_s_per_1k_tx") is not None]
     if proxy:
-        lines += ["", "toxiproxy CPU s per 1k transactions (median over targets): "
+        lines += ["", f"{proxy_name} CPU s per 1k transactions (median over targets): "
                   + ", ".join(f"{wl} {d} ms {m:.4f}" for wl in wls for d in delays
                               if (m := _median([r["proxy_s_per_1k_tx"] for r in proxy
                                                 if r["workload"] == wl
