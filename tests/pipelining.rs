@@ -392,18 +392,16 @@ async fn nothing_goes_behind_a_query_known_to_be_slow() {
     let c = connect(weir.port(), "postgres", "postgres").await.unwrap();
     // Once alone: 200 ms, over the 50 ms default.
     q(&c, "select pg_sleep(0.2), 'slow'").await.unwrap();
-    let (a, b) = queued_pair(
-        &weir,
-        0.3,
-        |a| async move {
-            q(&a, "select pg_sleep(0.21), 'slower'")
-                .await
-                .map(|_| ())
-                .map_err(|e| code(&e))
-        },
-        |b| async move { q1(&b, "select 'b'").await },
-    )
-    .await;
+    // A runs `first` with B's quick query queued behind it.
+    let a_then_b = |first: &'static str| {
+        queued_pair(
+            &weir,
+            0.3,
+            move |a| async move { q(&a, first).await.map(|_| ()).map_err(|e| code(&e)) },
+            |b| async move { q1(&b, "select 'b'").await },
+        )
+    };
+    let (a, b) = a_then_b("select pg_sleep(0.21), 'slower'").await;
     assert_eq!((a, b.as_str()), (Ok(()), "b"));
     assert_eq!(
         pipelined(&weir),
@@ -414,18 +412,7 @@ async fn nothing_goes_behind_a_query_known_to_be_slow() {
     for _ in 0..8 {
         q(&c, "select pg_sleep(0), 'quick'").await.unwrap();
     }
-    let (a, b) = queued_pair(
-        &weir,
-        0.3,
-        |a| async move {
-            q(&a, "select pg_sleep(0.001), 'quick again'")
-                .await
-                .map(|_| ())
-                .map_err(|e| code(&e))
-        },
-        |b| async move { q1(&b, "select 'b'").await },
-    )
-    .await;
+    let (a, b) = a_then_b("select pg_sleep(0.001), 'quick again'").await;
     assert_eq!((a, b.as_str()), (Ok(()), "b"));
     assert_eq!(pipelined(&weir), 1);
 }
