@@ -71,6 +71,11 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// No shared limit applies.
+    pub fn is_empty(&self) -> bool {
+        self.db.is_none() && self.user.is_none()
+    }
+
     fn all(&self) -> impl Iterator<Item = &Arc<Limit>> {
         self.db.iter().chain(self.user.iter())
     }

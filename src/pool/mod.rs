@@ -686,8 +686,19 @@ impl Pool {
     }
 
     fn closed_idle(&self, conn: ServerConn) {
-        tokio::spawn(conn.terminate());
-        self.settings().limits.release();
+        let limits = self.settings().limits.clone();
+        if limits.is_empty() {
+            tokio::spawn(conn.terminate());
+        } else {
+            // Its unit of max_db_connections / max_user_connections goes to another pool
+            // only once PostgreSQL has let the backend go: the server opened in its place
+            // would otherwise find it still counted (as a role's connection limit counts
+            // it), one over the limit for a moment.
+            tokio::spawn(async move {
+                conn.terminate_and_wait().await;
+                limits.release();
+            });
+        }
         self.grant_free_slots();
     }
 

@@ -272,6 +272,21 @@ impl ServerConn {
         })
         .await;
     }
+
+    /// `terminate`, then waits (up to a second) for PostgreSQL to close its end, which it
+    /// does once the backend has exited and no longer counts against a role's or a
+    /// database's connection limit.
+    pub async fn terminate_and_wait(mut self) {
+        use tokio::io::AsyncReadExt;
+        let _ = crate::timers::timeout(Duration::from_secs(1), async {
+            self.stream.write_all(b"X\0\0\0\x04").await?;
+            self.stream.flush().await?;
+            let mut sink = [0u8; 256];
+            while self.stream.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+    }
 }
 
 /// The text columns of a DataRow, NULL as None.
