@@ -42,17 +42,6 @@ fn client(weir: &Weir) -> RawConn {
     c
 }
 
-/// libpq's batch to run a prepared statement: Bind, Describe of the portal, Execute, Sync.
-fn run_prepared(stmt: &str) -> Vec<u8> {
-    [
-        bind("", stmt, &[]),
-        describe(b'P', ""),
-        execute("", 0),
-        sync(),
-    ]
-    .concat()
-}
-
 /// Sends `a` from A then `b` from B while a third client holds the one server for half a
 /// second, each once the one before has queued; returns the holder, to read its answer.
 fn queue_pair(weir: &Weir, a: (&mut RawConn, &[u8]), b: (&mut RawConn, &[u8])) -> RawConn {

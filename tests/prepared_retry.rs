@@ -44,18 +44,6 @@ fn prepare_raw(c: &mut RawConn, name: &str, sql: &str) {
     assert_eq!(replies(c), ["1", "Z"]);
 }
 
-/// libpq's batch to run a prepared statement (pgbench -M prepared): Bind, Describe of the
-/// portal, Execute, Sync.
-fn run_prepared(stmt: &str) -> Vec<u8> {
-    [
-        bind("", stmt, &[]),
-        describe(b'P', ""),
-        execute("", 0),
-        sync(),
-    ]
-    .concat()
-}
-
 /// The batch of a statement prepared before an ALTER TABLE: a direct connection gets
 /// 0A000; through Weir it runs again on a fresh statement and the client gets the new
 /// columns, described. A batch without the Describe (tokio-postgres's) would get rows

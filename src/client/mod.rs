@@ -981,7 +981,7 @@ impl Session {
         // to the server, as for any running query.
         let mut cancel_late = false;
         // Meanwhile nothing more goes behind its request, which the cancel could hit.
-        let mut _hold_boarding = None;
+        let mut hold_boarding = None;
         loop {
             tokio::select! {
                 signals = me.wait_signals() => {
@@ -993,7 +993,7 @@ impl Session {
                             return Err(Some(cancelled()));
                         }
                         cancel_late = true;
-                        _hold_boarding.get_or_insert_with(|| pool.hold_boarding());
+                        hold_boarding.get_or_insert_with(|| pool.hold_boarding());
                     }
                     if signals & WAIT_TIMEOUT != 0 && waited(give_up_after) && me.withdraw() {
                         me.set_idle();

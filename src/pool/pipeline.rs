@@ -117,10 +117,8 @@ impl Pool {
             || conn.stream.is_tls()
             || settings.server_reset_query_always
             || conn.passengers.back().is_some_and(|b| !b.whole)
+            || self.known_slow(print)
         {
-            return 0;
-        }
-        if self.known_slow(print) {
             return 0;
         }
         let mut boarded = 0;
@@ -164,7 +162,7 @@ impl Pool {
     }
 
     /// Requests that may go behind the running one on a server of this pool: 0 when
-    /// pipelining is off (pool mode, settings; a TLS server connection is never used).
+    /// pipelining is off (pool mode, settings); a server reached over TLS never pipelines.
     pub fn pipeline_depth(&self) -> usize {
         let settings = self.settings();
         if settings.server_reset_query_always {

@@ -161,6 +161,18 @@ pub fn sync() -> Vec<u8> {
     msg(b'S', &[])
 }
 
+/// libpq's batch to run a prepared statement (pgbench -M prepared): Bind, Describe of the
+/// portal, Execute, Sync.
+pub fn run_prepared(stmt: &str) -> Vec<u8> {
+    [
+        bind("", stmt, &[]),
+        describe(b'P', ""),
+        execute("", 0),
+        sync(),
+    ]
+    .concat()
+}
+
 pub fn flush() -> Vec<u8> {
     msg(b'H', &[])
 }
