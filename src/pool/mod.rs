@@ -22,6 +22,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::oneshot;
 
 use crate::protocol::PgError;
+use crate::registry::clients::ClientInfo;
 use crate::server::welcome::Welcome;
 use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 
@@ -277,6 +278,9 @@ impl Pool {
         gates::wait_resumed(&self.database).await;
         let started = Instant::now();
         let mut reserve = false;
+        // Whether the releaser of a server has taken on the request is the client's to
+        // know: a waiter whose request is on a server already must wait for that server.
+        let client = ahead.as_ref().map(|a| a.client.clone());
         loop {
             let settings = self.settings();
             let mut expired = Vec::new();
@@ -318,7 +322,14 @@ impl Pool {
                     }
                     let give_up = for_login && !settings.query_wait_timeout.is_zero();
                     match self
-                        .wait(&mut waiting, &settings, started, give_up, &mut reserve)
+                        .wait(
+                            &mut waiting,
+                            &settings,
+                            started,
+                            give_up,
+                            &mut reserve,
+                            client.as_deref(),
+                        )
                         .await
                     {
                         Some(g) => g,
@@ -347,6 +358,11 @@ impl Pool {
                         }
                     }
                 },
+            }
+            // Queued again with nothing of its request on a server (it went with the
+            // first place in the queue): it is the client's own again.
+            if let Some(c) = &client {
+                c.reset_handoff();
             }
         }
     }
@@ -400,6 +416,11 @@ impl Pool {
     /// Waits in the queue. Returns None at query_wait_timeout when `give_up` (clients'
     /// waits are timed by the janitor instead). At reserve_pool_timeout a waiter may take a
     /// reserve slot, keeping its place otherwise.
+    ///
+    /// A waiter whose request a releaser has written to a server (`client` handed: sent
+    /// ahead, or pipelined behind another's) gives up nothing: its request runs there,
+    /// and taking a reserve slot or leaving would send it to PostgreSQL a second time or
+    /// tell the client it failed while it ran.
     async fn wait(
         &self,
         waiting: &mut lease::Waiting,
@@ -407,6 +428,7 @@ impl Pool {
         started: Instant,
         give_up: bool,
         reserve: &mut bool,
+        client: Option<&ClientInfo>,
     ) -> Option<Grant> {
         loop {
             let give_up = give_up.then(|| started + settings.query_wait_timeout);
@@ -428,12 +450,16 @@ impl Pool {
             }
             if try_reserve.is_some_and(|t| Instant::now() >= t) {
                 *reserve = true;
-                if let Some(g) = self.claim_reserve(waiting, settings) {
+                if let Some(g) = self.claim_reserve(waiting, settings, client) {
                     return Some(g);
                 }
                 continue;
             }
             if give_up.is_some_and(|t| Instant::now() >= t) {
+                if client.is_some_and(|c| c.is_handed()) {
+                    // Its grant (or news of the server's loss) is on its way.
+                    return waiting.rx().await.ok();
+                }
                 return waiting.take_late_grant();
             }
             // The pool dropped our sender without a grant: should not happen, but waiting
@@ -457,18 +483,27 @@ impl Pool {
         }
     }
 
-    /// Turns a waiter into the holder of a reserve slot, if one is free. Under the lock, so
-    /// no grant can be sent to it meanwhile.
+    /// Turns a waiter into the holder of a reserve slot, if one is free and its request is
+    /// not on a server already. Under the lock, where releasers send requests ahead and
+    /// pipeline them (`Ahead::send`, `board`), so that none can take it on meanwhile.
     fn claim_reserve(
         &self,
         waiting: &mut lease::Waiting,
         settings: &PoolSettings,
+        client: Option<&ClientInfo>,
     ) -> Option<Grant> {
         let mut st = self.lock();
         if let Ok(g) = waiting.rx().try_recv() {
             return Some(g);
         }
+        if client.is_some_and(|c| c.is_handed()) {
+            return None;
+        }
         if let Slot::Granted = self.take_slot(&mut st, settings, true) {
+            // From here on no releaser may send its request: it runs on the new server.
+            if let Some(c) = client {
+                c.withdraw();
+            }
             waiting.rx().close();
             crate::conn_log::reserve_taken(&self.database, &self.user);
             return Some(Grant::Connect);

@@ -248,6 +248,17 @@ impl ClientInfo {
             .is_ok()
     }
 
+    /// A releaser has taken on sending this waiting client's request (`claim_handoff`).
+    pub fn is_handed(&self) -> bool {
+        self.signals.load(Ordering::Acquire) & HANDED != 0
+    }
+
+    /// The waiter queues again, its request on no server (pool::checkout).
+    pub fn reset_handoff(&self) {
+        self.signals
+            .fetch_and(!(HANDED | WITHDRAWN), Ordering::AcqRel);
+    }
+
     /// The waiting client gives up its place (cancel, query_wait_timeout). False when its
     /// request was already sent to a server: the grant is on its way and must be taken.
     pub fn withdraw(&self) -> bool {
