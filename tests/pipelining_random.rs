@@ -24,6 +24,7 @@
 mod common;
 
 use common::console::*;
+use common::rng::Rng;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,46 +40,6 @@ const POOL: i64 = 2;
 /// use ids up to `OWN_RANGE`, so inserts sometimes collide and updates sometimes miss.
 const OWN_START: i32 = 20;
 const OWN_RANGE: i32 = 40;
-
-// ---------------------------------------------------------------------------
-// Randomness: xorshift64*, enough to vary operations; no crate needed.
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // splitmix64 of the seed, so that neighbouring seeds start far apart.
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + self.below((hi - lo + 1) as u64) as i32
-    }
-
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len() as u64) as usize]
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 fn base_seed() -> u64 {
     std::env::var("WEIR_PIPE_SEED")

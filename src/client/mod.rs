@@ -731,7 +731,11 @@ impl Session {
         // answered below with the others.
         let framed = self.cframe.scanned();
         let _ = self.inbuf.split_to(framed);
-        self.cframe.reset();
+        // The replies the relay expected from the lost server (ParseComplete, a Describe
+        // to answer, statements it was to prepare) will not come: left, they would be
+        // matched against the next server's answers, and a client waiting for one would
+        // hang.
+        self.forget_framed();
         let pending = self.exchange.pending;
         self.exchange = Exchange::fresh();
         self.query_started = None;
@@ -768,6 +772,15 @@ impl Session {
         self.refuse(error).await
     }
 
+    /// Forgets the request framed so far, and what its answer was expected to hold.
+    fn forget_framed(&mut self) {
+        self.cframe.reset();
+        if let Some(p) = prepare::statements(&mut self.extras) {
+            p.clear_replies();
+            p.ahead.clear();
+        }
+    }
+
     /// Answers the client's queued request with an error instead of running it: its
     /// messages up to the next Query or Sync are dropped, as PostgreSQL skips to Sync
     /// after an error. Errs with the reason when the client is gone.
@@ -784,11 +797,7 @@ impl Session {
             if let Some(end) = end {
                 let _ = self.inbuf.split_to(end);
                 // What was framed while queueing is dropped with it.
-                self.cframe.reset();
-                if let Some(p) = prepare::statements(&mut self.extras) {
-                    p.clear_replies();
-                    p.ahead.clear();
-                }
+                self.forget_framed();
                 break;
             }
             match self.read_more().await {

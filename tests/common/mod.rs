@@ -19,6 +19,7 @@ pub mod hosts;
 pub mod http;
 pub mod pg;
 pub mod proto;
+pub mod rng;
 pub mod session;
 pub mod tls;
 pub mod weir;
