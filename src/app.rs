@@ -51,50 +51,81 @@ fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
 }
 
 impl Snapshot {
-    pub fn new(config: Config, auth_file: AuthFile) -> Snapshot {
+    fn assemble(
+        config: Config,
+        auth_file: AuthFile,
+        client_tls: Arc<crate::tls::accept::ClientTls>,
+        server_tls: Arc<crate::tls::connect::ServerTls>,
+        (hba, ident): AuthFiles,
+    ) -> Snapshot {
         let secrets = auth_file
             .iter()
             .map(|(user, text)| (user.clone(), Secret::parse(text)))
             .collect();
-        // A load (startup, RELOAD) has checked the files already (`load`); an admin SET
-        // that makes them unusable keeps TLS off rather than failing the SET.
-        let client_tls = crate::tls::accept::ClientTls::from_config(&config.general)
-            .unwrap_or_else(|e| {
-                tracing::error!("{e}");
-                crate::tls::accept::ClientTls::disabled()
-            });
-        // Checked by `load` and admin SET; should a file have changed since, servers
-        // are not reached with less than the mode asks for (ServerTls::unusable).
-        let server_tls = crate::tls::connect::ServerTls::from_config(&config.general)
-            .unwrap_or_else(|e| {
-                tracing::error!("{e}");
-                crate::tls::connect::ServerTls::unusable(config.general.server_tls_sslmode)
-            });
-        let (hba, ident) = auth_files(&config.general).unwrap_or_else(|e| {
-            tracing::error!("{e}");
-            (None, None)
-        });
         Snapshot {
             config,
             auth_file,
             secrets,
-            client_tls: Arc::new(client_tls),
-            server_tls: Arc::new(server_tls),
+            client_tls,
+            server_tls,
             hba,
             ident,
         }
     }
 
+    /// Startup and RELOAD: a file that cannot be used fails the whole load, so that the
+    /// configuration in force (SHOW CONFIG) is never one whose TLS is not. Each TLS side
+    /// is built once, here: checking it and building it again later would let a file
+    /// that changed in between leave a side without the TLS its mode asks for.
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let config = weir_config::load(path).map_err(|e| e.to_string())?;
-        crate::tls::accept::ClientTls::from_config(&config.general)?;
-        crate::tls::connect::ServerTls::from_config(&config.general)?;
-        auth_files(&config.general)?;
+        let client_tls = Arc::new(crate::tls::accept::ClientTls::from_config(&config.general)?);
+        let server_tls = Arc::new(crate::tls::connect::ServerTls::from_config(
+            &config.general,
+        )?);
+        let auth = auth_files(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
             None => AuthFile::default(),
         };
-        Ok(Snapshot::new(config, auth_file))
+        Ok(Snapshot::assemble(
+            config, auth_file, client_tls, server_tls, auth,
+        ))
+    }
+
+    /// The console's SET: `config` is this snapshot's with the options `changed` (lower
+    /// case) set. A TLS side none of whose options changed keeps the rustls
+    /// configuration in force, files unread, so that a SET of something else cannot turn
+    /// TLS off or fail on a file that went bad since (the next RELOAD finds that). A side
+    /// whose options changed is built from them as a group, and the SET is refused if it
+    /// cannot be: TLS settings in SHOW CONFIG are always those in force.
+    pub fn with_options(&self, config: Config, changed: &[String]) -> Result<Snapshot, String> {
+        let touches = |side: &str| changed.iter().any(|k| k.starts_with(side));
+        let client_tls = if touches("client_tls") {
+            Arc::new(crate::tls::accept::ClientTls::from_config(&config.general)?)
+        } else {
+            self.client_tls.clone()
+        };
+        let server_tls = if touches("server_tls") {
+            Arc::new(crate::tls::connect::ServerTls::from_config(
+                &config.general,
+            )?)
+        } else {
+            self.server_tls.clone()
+        };
+        // Without readable HBA rules every auth_type hba login is refused (no rule
+        // matches), so this fails closed.
+        let auth = auth_files(&config.general).unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            (None, None)
+        });
+        Ok(Snapshot::assemble(
+            config,
+            self.auth_file.clone(),
+            client_tls,
+            server_tls,
+            auth,
+        ))
     }
 
     /// The database entry a client's database name resolves to, with the name PostgreSQL

@@ -493,6 +493,37 @@ fn reload_changes_the_mode() {
     assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
 }
 
+/// The CA file in force is overwritten on disk by one that cannot be read: a SET of
+/// another option neither reads it again (it used to be refused for it) nor lowers the
+/// checks; a SET of a server TLS option, which would, is refused.
+#[test]
+fn a_bad_ca_file_on_disk_keeps_server_tls_in_force() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let live = tempfile::Builder::new()
+        .prefix("weir-live-ca-")
+        .tempdir()
+        .expect("tempdir");
+    let ca = live.path().join("ca.crt");
+    std::fs::copy(certs.path("ca.crt"), &ca).expect("copy");
+    let weir = weir_to(&pg, "127.0.0.1", "verify-full")
+        .set("server_tls_ca_file", ca.display())
+        .start();
+    assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
+    std::fs::write(&ca, "nothing\n").expect("write");
+    let mut c = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    console::ok(&mut c, "SET default_pool_size = 7");
+    let e = console::run(&mut c, "SET server_tls_sslmode = require").expect_err("bad CA read");
+    assert_eq!(e.code, "F0000", "{e:?}");
+    let cfg = console::ok(&mut c, "SHOW CONFIG");
+    assert_eq!(cfg.get("key", "server_tls_sslmode", "value"), "verify-full");
+    assert_eq!(cfg.get("key", "default_pool_size", "value"), "7");
+    pg.exec("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'app_s'");
+    assert!(eventually(TIMEOUT, || pg.count_backends("app_s") == 0));
+    assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
+}
+
 /// SHOW CLIENTS tls and the login log line name a TLS client's session, as PgBouncer's do.
 #[test]
 fn show_clients_tls() {

@@ -416,28 +416,59 @@ pub const NOT_RELOADABLE: &[&str] = &[
     "user",
 ];
 
-/// SET key = value on the live configuration (lost at the next RELOAD, as in PgBouncer).
-pub fn set(app: &App, key: &str, value: &str) -> Result<String, String> {
-    let failed = || "SET failed".to_owned();
+/// Why the console's SET was refused: the SQLSTATE and message it gets.
+#[derive(Debug)]
+pub struct SetRefused {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// SET key = value on the live configuration (lost at the next RELOAD, as in PgBouncer),
+/// for each pair of `sets`: the SETs of one console query, applied together or not at
+/// all. Together, because a certificate and its key are two options that only make a
+/// usable pair once both are set: `SET client_tls_key_file = ...; SET
+/// client_tls_cert_file = ...` in one query switches both where two queries would
+/// have the first refused (its key does not match the certificate still in force).
+/// TLS settings that cannot be used are refused rather than applied without TLS (see
+/// Snapshot::with_options); a file named while its side's sslmode is disable is not
+/// read until a mode that uses it is set, as in PgBouncer.
+pub fn set(app: &App, sets: &[(String, String)]) -> Result<Vec<String>, SetRefused> {
+    let failed = || SetRefused {
+        code: "08P01",
+        message: "SET failed".to_owned(),
+    };
     let snap = app.snapshot.load_full();
     let mut config = snap.config.clone();
-    let name = key.to_ascii_lowercase();
-    if NOT_RELOADABLE.contains(&name.as_str()) {
-        return Err(failed());
+    let mut changed = Vec::with_capacity(sets.len());
+    for (key, value) in sets {
+        let name = key.to_ascii_lowercase();
+        if NOT_RELOADABLE.contains(&name.as_str()) {
+            return Err(failed());
+        }
+        if let Err(e) = config.general.set_by_name(key, value) {
+            tracing::warn!("SET {key}: {e}");
+            return Err(failed());
+        }
+        changed.push(name);
     }
-    if let Err(e) = config.general.set_by_name(key, value) {
-        tracing::warn!("SET {key}: {e}");
-        return Err(failed());
-    }
-    // Unusable server TLS settings would leave servers to be reached without the checks
-    // asked for: refused, where client TLS is only turned off (Snapshot::new).
-    if let Err(e) = crate::tls::connect::ServerTls::from_config(&config.general) {
-        tracing::warn!("SET {key}: {e}");
-        return Err(failed());
-    }
-    app.apply(Snapshot::new(config, snap.auth_file.clone()));
-    tracing::info!("SET {key} = {value}");
-    Ok(format!("SET {key}={value}"))
+    let next = snap.with_options(config, &changed).map_err(|e| {
+        tracing::error!("SET refused, TLS settings kept as they were: {e}");
+        // F0000 (config_file_error) as RELOAD gives when TLS files cannot be used.
+        SetRefused {
+            code: "F0000",
+            message: format!(
+                "SET failed: TLS settings could not be applied, still using old configuration: {e}"
+            ),
+        }
+    })?;
+    app.apply(next);
+    Ok(sets
+        .iter()
+        .map(|(key, value)| {
+            tracing::info!("SET {key} = {value}");
+            format!("SET {key}={value}")
+        })
+        .collect())
 }
 
 pub fn shutdown(app: &App, arg: &str) -> Result<ShutdownMode, String> {

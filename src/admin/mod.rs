@@ -65,6 +65,21 @@ fn fail(message: impl Into<String>) -> Failure {
     }
 }
 
+/// The option a statement SETs, unless it is not a SET of one (a client parameter SET
+/// is answered with a notice by `execute`).
+fn option_set(stmt: &str) -> Option<(String, String)> {
+    match commands::parse(stmt) {
+        Command::Set { key, value }
+            if !show::FAKE_PARAMS
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(&key)) =>
+        {
+            Some((key, value))
+        }
+        _ => None,
+    }
+}
+
 fn error(code: &str, message: &str) -> PgError {
     PgError::error(code, message)
 }
@@ -226,7 +241,22 @@ impl Console {
             return false;
         }
         let single = stmts.len() == 1;
-        for stmt in stmts {
+        let mut rest = &stmts[..];
+        while let Some((stmt, after)) = rest.split_first() {
+            // A run of SETs is applied as one change (control::set says why).
+            let sets: Vec<(String, String)> = rest.iter().map_while(|s| option_set(s)).collect();
+            if !sets.is_empty() {
+                rest = &rest[sets.len()..];
+                match self.admin().and_then(|()| self.set(&sets)) {
+                    Ok(tags) => tags.iter().for_each(|t| rowset::command_complete(out, t)),
+                    Err(f) => {
+                        self.report(f, out);
+                        break;
+                    }
+                }
+                continue;
+            }
+            rest = after;
             let shown = if single { query } else { stmt.trim() };
             match self.execute(stmt, shown).await {
                 Ok(Reply::Rows(rs)) => rs.encode(out, "SHOW"),
@@ -237,15 +267,26 @@ impl Console {
                 }
                 Ok(Reply::Exit) => return true,
                 Err(f) => {
-                    if self.app.snapshot.load().config.general.log_pooler_errors {
-                        tracing::warn!("admin console error: {}", f.message);
-                    }
-                    out.extend_from_slice(&messages::error_response(&error(f.code, &f.message)));
+                    self.report(f, out);
                     break;
                 }
             }
         }
         false
+    }
+
+    fn report(&self, f: Failure, out: &mut BytesMut) {
+        if self.app.snapshot.load().config.general.log_pooler_errors {
+            tracing::warn!("admin console error: {}", f.message);
+        }
+        out.extend_from_slice(&messages::error_response(&error(f.code, &f.message)));
+    }
+
+    fn set(&self, sets: &[(String, String)]) -> Result<Vec<String>, Failure> {
+        control::set(&self.app, sets).map_err(|r| Failure {
+            code: r.code,
+            message: r.message,
+        })
     }
 
     fn admin(&self) -> Result<(), Failure> {
@@ -269,9 +310,8 @@ impl Console {
                     return Ok(Reply::Notice("SET ignored", None, "SET"));
                 }
                 self.admin()?;
-                return control::set(app, &key, &value)
-                    .map(Reply::Done)
-                    .map_err(fail);
+                let mut tags = self.set(&[(key, value)])?;
+                return Ok(Reply::Done(tags.pop().unwrap_or_default()));
             }
             Command::Invalid => return Err(invalid()),
             Command::BadArguments => return Err(fail("bad arguments")),

@@ -74,7 +74,7 @@ impl ClientTls {
         let end_point = super::end_point(&chain[0]);
         let mut config = builder
             .with_single_cert(chain, super::key(key).map_err(what)?)
-            .map_err(|e| what(format!("{}: {e}", key.display())))?;
+            .map_err(|e| what(format!("{} with {}: {e}", cert.display(), key.display())))?;
         // libpq 17 and later send it (and require it for sslnegotiation=direct); clients
         // that send no ALPN are accepted all the same.
         config.alpn_protocols = vec![b"postgresql".to_vec()];

@@ -51,16 +51,6 @@ impl ServerTls {
         }
     }
 
-    /// The settings could not be used: prefer and allow go on in the clear, stricter
-    /// modes refuse every server login.
-    pub fn unusable(mode: SslMode) -> ServerTls {
-        ServerTls {
-            mode,
-            config: None,
-            settings: "unusable".to_owned(),
-        }
-    }
-
     pub fn from_config(g: &General) -> Result<ServerTls, String> {
         if g.server_tls_sslmode == SslMode::Disable {
             return Ok(ServerTls::disabled());

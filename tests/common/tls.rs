@@ -84,6 +84,38 @@ impl Certs {
         );
     }
 
+    /// `<name>.crt`/`<name>.key`: a self-signed X.509 version 1 certificate (no
+    /// extensions), which OpenSSL makes but rustls (webpki) cannot load.
+    pub fn v1(&self, name: &str) {
+        let d = self.dir.path();
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                "/CN=localhost",
+            ],
+        );
+        openssl(
+            d,
+            &[
+                "x509", "-req", "-in", &csr, "-signkey", &key, "-out", &crt, "-days", "30",
+            ],
+        );
+    }
+
     fn sign(&self, name: &str, cn: &str, ext: &str) {
         self.sign_with(name, cn, ext, &["-newkey", "rsa:2048"], "-sha256");
     }
