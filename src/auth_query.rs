@@ -37,6 +37,21 @@ pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     })
 }
 
+/// Where to look a user up for a database that is not configured: only a global
+/// auth_dbname names a database to run the query in (without one, the client's database
+/// would be it, and there is none). None means the login goes on as for an unknown user,
+/// and a wrong password fails as it would for a database that exists.
+pub fn source_without_database(snap: &Snapshot) -> Option<LookupSource> {
+    let g = &snap.config.general;
+    let database = g.auth_dbname.clone()?;
+    snap.resolve_database(&database)?;
+    Some(LookupSource {
+        auth_user: g.auth_user.clone()?,
+        query: g.auth_query.clone(),
+        database,
+    })
+}
+
 /// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it, or
 /// answered the query with an error; Err when the lookup could not be run at all.
 pub async fn lookup(

@@ -168,6 +168,71 @@ async fn auth_scram_unknown_user_is_refused_like_a_wrong_password() {
     assert_wrong_password(&e, "ghost");
 }
 
+/// A wrong password is answered alike whether the database is configured or not, as
+/// PgBouncer's test_no_database_authfail has it; only a client that authenticated learns
+/// that there is no such database. Likewise the console says who may use it only to a
+/// client that authenticated.
+async fn database_not_disclosed_before_authentication(method: &str) {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", method)
+        .set("admin_users", "admin")
+        .userlist(&[("postgres", "s3cret"), ("admin", "adminpw")])
+        .start();
+    let refusal = |db: &'static str, user: &'static str, password: &'static str| {
+        let port = weir.port();
+        async move {
+            let e = connect_pw(port, db, user, password)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{user} logged in to {db} with {password}"));
+            expect_db_error(&e)
+        }
+    };
+    let known = refusal("postgres", "postgres", "wrong").await;
+    assert_eq!(
+        (known.severity.as_str(), known.code.as_str()),
+        ("FATAL", "28P01"),
+        "{known:?}"
+    );
+    assert_eq!(refusal("nosuchdb", "postgres", "wrong").await, known);
+    assert_eq!(
+        refusal("nosuchdb", "ghost", "wrong").await,
+        refusal("postgres", "ghost", "wrong").await
+    );
+    // A user who is no admin, with a wrong password to the console.
+    assert_eq!(refusal("pgbouncer", "postgres", "wrong").await, known);
+
+    let unknown = refusal("nosuchdb", "postgres", "s3cret").await;
+    assert_eq!(
+        (unknown.severity.as_str(), unknown.code.as_str()),
+        ("FATAL", "3D000"),
+        "{unknown:?}"
+    );
+    assert_eq!(unknown.message, "no such database: nosuchdb");
+    let console = refusal("pgbouncer", "postgres", "s3cret").await;
+    assert_eq!(
+        (console.code.as_str(), console.message.as_str()),
+        ("28000", "not allowed to connect to the admin console"),
+        "{console:?}"
+    );
+    assert_login_ok(&weir, "postgres", "s3cret").await;
+    let admin = connect_pw(weir.port(), "pgbouncer", "admin", "adminpw")
+        .await
+        .unwrap_or_else(|e| panic!("admin refused: {e:?}\n{}", weir.log_tail()));
+    admin.simple_query("SHOW POOLS").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_md5_wrong_password_does_not_disclose_the_database() {
+    database_not_disclosed_before_authentication("md5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_scram_wrong_password_does_not_disclose_the_database() {
+    database_not_disclosed_before_authentication("scram-sha-256").await;
+}
+
 /// With trust there is no exchange to hide behind: 28000 no such user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_trust_unknown_user_is_refused() {

@@ -328,18 +328,20 @@ pub async fn login(
         let any = g.auth_type == AuthType::Any;
         let admin = g.admin_users.contains(&user);
         let full_access = own_user || any || admin;
-        if !full_access && !g.stats_users.contains(&user) {
-            return Err(refuse(PgError::fatal(
-                "28000",
-                "not allowed to connect to the admin console",
-            )));
-        }
         if !own_user {
             let method =
                 auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
             authenticate(&snap, stream, buf, &user, snap.secret(&user), method)
                 .await
                 .map_err(refuse)?;
+        }
+        // Only once the client has proved who it is, as in PgBouncer: refused before the
+        // password, anyone could learn who is in admin_users and stats_users.
+        if !full_access && !g.stats_users.contains(&user) {
+            return Err(refuse(PgError::fatal(
+                "28000",
+                "not allowed to connect to the admin console",
+            )));
         }
         let limits = Limits {
             database: g.max_db_client_connections,
@@ -357,22 +359,24 @@ pub async fn login(
             admission,
         }));
     }
-    if snap.resolve_database(&database).is_none() {
-        return Err(refuse(PgError::fatal(
-            "3D000",
-            format!("no such database: {database}"),
-        )));
-    }
     if let Some(e) = crate::admin::login_refusal(&database) {
         return Err(refuse(e));
     }
 
+    // An unknown database is only named once the client has authenticated, as in
+    // PgBouncer: a wrong password must be answered alike whether the database exists or
+    // not, or anyone could list the databases without a password.
+    let known_database = snap.resolve_database(&database).is_some();
     let method = auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
     let mut looked_up = None;
     // trust still looks the user up: an unknown one is refused, as PgBouncer does.
     let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
     if snap.secret(&user).is_none() && needs_secret {
-        if let Some(src) = crate::auth_query::source(&snap, &database) {
+        let src = match known_database {
+            true => crate::auth_query::source(&snap, &database),
+            false => crate::auth_query::source_without_database(&snap),
+        };
+        if let Some(src) = src {
             looked_up = Box::pin(crate::auth_query::lookup(app, &snap, &src, &user))
                 .await
                 .map_err(refuse)?;
@@ -382,6 +386,12 @@ pub async fn login(
     let scram_keys = authenticate(&snap, stream, buf, &user, secret, method)
         .await
         .map_err(refuse)?;
+    if !known_database {
+        return Err(refuse(PgError::fatal(
+            "3D000",
+            format!("no such database: {database}"),
+        )));
+    }
     let g = &snap.config.general;
     let limits = Limits {
         database: snap

@@ -1082,6 +1082,9 @@ impl Session {
         let pool = self.pool.clone();
         let scram_keys = self.scram_keys();
         let mut lease = None;
+        if let Some(e) = pool.turned_away() {
+            return Err(e);
+        }
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {

@@ -185,7 +185,7 @@ impl Drop for Waiting {
             Some(Grant::Server(conn)) if conn.sent_ahead > 0 => self.pool.close_lent(*conn),
             Some(Grant::Server(conn)) => self.pool.checkin(conn),
             Some(Grant::Connect) => self.pool.abandon_slot(),
-            Some(Grant::Lost) | None => {}
+            Some(Grant::Lost | Grant::Refused(_)) | None => {}
         }
     }
 }

@@ -71,6 +71,9 @@ enum Grant {
     /// Your request was sent to a server behind another's (pipeline), and the server was
     /// lost before it reached you.
     Lost,
+    /// PostgreSQL turned the pool's login away (retry::turns_away): the logins a longer
+    /// wait would bring are refused as well.
+    Refused(PgError),
 }
 
 /// What a client is told when its server went away while running its request: if that
@@ -90,8 +93,9 @@ enum Slot {
     Full,
     /// A shared limit (max_db_connections, max_user_connections) is reached.
     Limited,
-    /// The last login failed and its retry delay (see `retry`) has not passed.
-    LoginBlocked(PgError),
+    /// The last login failed and its retry delay (see `retry`) has not passed; true when
+    /// PostgreSQL turned it away.
+    LoginBlocked(PgError, bool),
 }
 
 #[derive(Default)]
@@ -290,7 +294,11 @@ impl Pool {
                     Some(s) => (Ok(Grant::Server(s)), false),
                     None => match self.take_slot(&mut st, &settings, reserve) {
                         Slot::Granted => (Ok(Grant::Connect), false),
-                        Slot::LoginBlocked(e) if for_login => return Err(e),
+                        // Turned away, the client is told now: waiting would only bring
+                        // it the same refusal at the next retry.
+                        Slot::LoginBlocked(e, turned_away) if for_login || turned_away => {
+                            return Err(e)
+                        }
                         other => {
                             let (tx, rx) = oneshot::channel();
                             let may_board = ahead.is_some();
@@ -341,6 +349,7 @@ impl Pool {
                 // Just released by a client and already at work on our request.
                 Grant::Server(s) if s.sent_ahead > 0 => return Ok(Lease::new(s, self.clone())),
                 Grant::Lost => return Err(lost_request()),
+                Grant::Refused(e) => return Err(e),
                 Grant::Server(s) => {
                     if let Some(lease) = self.vet(s, &settings).await {
                         return Ok(lease);
@@ -349,7 +358,7 @@ impl Pool {
                 // Boxed: connecting is rare and its future large.
                 Grant::Connect => match Box::pin(self.connect(&settings, scram.clone())).await {
                     Ok(lease) => return Ok(lease),
-                    Err(e) if for_login => return Err(e),
+                    Err((e, turned_away)) if for_login || turned_away => return Err(e),
                     Err(_) => {
                         if !settings.query_wait_timeout.is_zero()
                             && started.elapsed() >= settings.query_wait_timeout
@@ -536,11 +545,13 @@ impl Pool {
         Some(lease)
     }
 
+    /// Opens a server in a granted slot. The error says whether PostgreSQL turned the login
+    /// away; the clients waiting were then told too.
     async fn connect(
         self: &Arc<Self>,
         settings: &PoolSettings,
         scram: Option<ScramCredential>,
-    ) -> Result<Lease, PgError> {
+    ) -> Result<Lease, (PgError, bool)> {
         let slot = lease::Slot::new(self.clone());
         let result = server::connect(&settings.target, scram).await;
         let mut st = self.lock();
@@ -557,6 +568,10 @@ impl Pool {
             Err(e) => {
                 tracing::warn!(db = %self.database, user = %self.user, addr = %settings.target.addr, "server login failed: {e}");
                 let (err, retry) = st.login.failed(&e, settings.server_login_retry);
+                let turned_away = st.login.turned_away().is_some();
+                if turned_away {
+                    self.turn_away(&mut st, &err);
+                }
                 drop(st);
                 // Waiters get their turn again once the retry delay has passed.
                 let me = self.clone();
@@ -564,9 +579,44 @@ impl Pool {
                     crate::timers::sleep(retry).await;
                     me.grant_free_slots();
                 });
-                Err(err)
+                Err((err, turned_away))
             }
         }
+    }
+
+    /// Tells every waiter that PostgreSQL turned the pool's login away, rather than keep
+    /// it until query_wait_timeout while logins are retried and refused. Only waiters that
+    /// still hold their own request are in the queue: one whose request a releaser wrote
+    /// to a server (`Ahead::send`, `board`) left it in that step and gets that server.
+    fn turn_away(&self, st: &mut PoolState, err: &PgError) {
+        let mut kept = VecDeque::new();
+        for w in st.waiters.drain(..) {
+            if w.tx.is_closed() {
+                continue;
+            }
+            // Withdrawn here, the request can no longer go ahead; a claimed one (which
+            // the lock rules out) would be owed its server, so it keeps its place.
+            if w.ahead.as_ref().is_some_and(|a| !a.client.withdraw()) {
+                kept.push_back(w);
+                continue;
+            }
+            let _ = w.tx.send(Grant::Refused(err.clone()));
+        }
+        if kept.is_empty() {
+            self.queued.store(false, Ordering::Relaxed);
+        }
+        st.waiters = kept;
+    }
+
+    /// What a client logging in is told while it could only be served by a new server and
+    /// PostgreSQL turned the pool's last login away (until the retry delay passes): with
+    /// the welcome known it would otherwise log in, only for its first request to get the
+    /// refusal.
+    pub fn turned_away(&self) -> Option<PgError> {
+        let pool_size = self.settings().pool_size;
+        let st = self.lock();
+        let err = st.login.turned_away()?;
+        (st.idle.is_empty() && st.total < pool_size).then(|| err.clone())
     }
 
     /// Pops the next idle server; expired ones met on the way are put in `expired` for the
@@ -602,7 +652,7 @@ impl Pool {
             return Slot::Full;
         }
         if let Some(err) = st.login.blocked() {
-            return Slot::LoginBlocked(err.clone());
+            return Slot::LoginBlocked(err.clone(), st.login.turned_away().is_some());
         }
         if !settings.limits.try_acquire() {
             return Slot::Limited;
@@ -692,7 +742,7 @@ impl Pool {
                     return;
                 }
                 Err(Grant::Server(c)) => conn = c,
-                Err(Grant::Connect | Grant::Lost) => return,
+                Err(Grant::Connect | Grant::Lost | Grant::Refused(_)) => return,
             }
         }
         conn.idle_since = now;

@@ -24,6 +24,8 @@ pub(super) struct LoginBackoff {
     delay: Duration,
     /// Unreachable-server failures in a row, for the backoff.
     streak: u32,
+    /// The last failure was PostgreSQL turning the login away (see `turns_away`).
+    turned_away: bool,
 }
 
 impl LoginBackoff {
@@ -34,6 +36,7 @@ impl LoginBackoff {
         server_login_retry: Duration,
     ) -> (PgError, Duration) {
         let err = e.to_client_error();
+        self.turned_away = turns_away(e);
         self.delay = if unreachable(e) {
             let backoff = FIRST_RETRY
                 .saturating_mul(1 << self.streak.min(8))
@@ -51,6 +54,13 @@ impl LoginBackoff {
     pub fn succeeded(&mut self) {
         self.last = None;
         self.streak = 0;
+        self.turned_away = false;
+    }
+
+    /// The last failure's error while no new attempt may be made yet, if PostgreSQL
+    /// turned that login away.
+    pub fn turned_away(&self) -> Option<&PgError> {
+        self.blocked().filter(|_| self.turned_away)
     }
 
     /// The last failure's error while no new attempt may be made yet.
@@ -61,6 +71,18 @@ impl LoginBackoff {
 
     pub fn last(&self) -> Option<&(Instant, PgError)> {
         self.last.as_ref()
+    }
+}
+
+/// True when PostgreSQL refused the login itself, for a reason that waiting does not
+/// remove (the role may not log in, a wrong password, no such database): the clients
+/// waiting for a server are told at once (`Pool::connect`) rather than kept until
+/// query_wait_timeout, as PgBouncer does. Not class 53 (too many connections, out of
+/// memory): there the pool's own servers, as they are released, still serve the waiters.
+pub(super) fn turns_away(e: &ConnectError) -> bool {
+    match e {
+        ConnectError::Server(pg) => !unreachable(e) && !pg.code.starts_with("53"),
+        _ => false,
     }
 }
 
@@ -95,8 +117,13 @@ mod tests {
             "the database system is starting up",
         ));
         assert_eq!(b.failed(&starting, retry).1, MAX_RETRY);
+        assert!(b.turned_away().is_none());
         let auth = ConnectError::Server(PgError::fatal("28P01", "password authentication failed"));
         assert_eq!(b.failed(&auth, retry).1, retry);
+        assert!(b.turned_away().is_some());
+        let full = ConnectError::Server(PgError::fatal("53300", "too many connections"));
+        assert_eq!(b.failed(&full, retry).1, retry);
+        assert!(b.turned_away().is_none());
         // Never beyond server_login_retry.
         assert_eq!(
             b.failed(&refused(), Duration::from_millis(100)).1,
