@@ -296,6 +296,40 @@ async fn only_plain_requests_share_a_server() {
     assert_eq!(pools_at(off.port(), "pipeline_depth"), 0);
 }
 
+/// A function of the application's that sets a reported parameter (TimeZone here) sets
+/// it for the session, and PostgreSQL reports the change just before the request's
+/// ReadyForQuery, when a request sent behind it would already be on the server: nothing
+/// goes behind a call of a function that is not PostgreSQL's own (sql::calls), so the
+/// request behind runs with its own client's TimeZone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_setting_a_reported_parameter_does_not_reach_the_request_behind() {
+    let pg = PgServer::start();
+    pg.exec(
+        "create function leak_timezone() returns text language sql \
+         as $$ select set_config('TimeZone', 'Asia/Tokyo', false) $$",
+    );
+    let weir = one_server(&pg, None);
+    let own = q1(
+        &connect(weir.port(), "postgres", "postgres").await.unwrap(),
+        "show timezone",
+    )
+    .await;
+    assert_ne!(own, "Asia/Tokyo");
+    let (a, b) = queued_pair(
+        &weir,
+        0.3,
+        |a| async move { q1(&a, "select leak_timezone()").await },
+        |b| async move { q1(&b, "show timezone").await },
+    )
+    .await;
+    assert_eq!(a, "Asia/Tokyo");
+    assert_eq!(
+        b, own,
+        "the request behind ran with another client's TimeZone"
+    );
+    assert_eq!(pipelined(&weir), 0);
+}
+
 /// A one-server pool whose server a client holds with a query of one second, which is
 /// not slow there (pipeline_slow_query 10 s): requests may go behind it all along.
 async fn holding_one_second(

@@ -1037,6 +1037,11 @@ impl Session {
                             key: lease.key,
                             server_id: lease.id,
                         }));
+                        // Nothing goes behind a request being cancelled, not even once
+                        // the cancel connection is done (being_canceled): PostgreSQL's
+                        // second signal, or the cancel itself if it came late, would
+                        // hit the request behind.
+                        self.exchange.set(relay::PLAIN, false);
                     }
                     return Ok(lease);
                 }

@@ -5,6 +5,7 @@
 //! build) and parses every message; this only tokenizes queries that [`may_matter`] lets
 //! through, and ordinary queries cost one byte scan.
 
+pub mod calls;
 pub mod effects;
 pub mod lexer;
 pub mod pipeline;

@@ -4,8 +4,10 @@
 //! can change what the other sees: each must be one implicit transaction that leaves the
 //! session as it found it. So only an allow-list of first words passes (a query that
 //! reads or writes rows), as one statement, with nothing `sql::effects` would have to
-//! read back. Anything else, or anything this cannot tell, is not pipelined.
+//! read back, and no call of a function that might change a reported parameter
+//! (sql::calls). Anything else, or anything this cannot tell, is not pipelined.
 
+use super::calls;
 use super::effects;
 use super::lexer::{is_ident_byte, tokens, Tok};
 
@@ -39,7 +41,8 @@ pub fn plain_with(sql: &[u8], effect_flags: u8) -> bool {
         .unwrap_or(sql.len());
     let rest = &sql[start..];
     let simple_start = rest.first().is_some_and(u8::is_ascii_alphabetic);
-    if simple_start && !sql.contains(&b';') {
+    // Without a parenthesis there is no call (sql::calls) to look at.
+    if simple_start && !sql.contains(&b';') && !sql.contains(&b'(') {
         let end = rest
             .iter()
             .position(|c| !c.is_ascii_alphanumeric() && *c != b'_')
@@ -59,6 +62,7 @@ pub fn plain_with(sql: &[u8], effect_flags: u8) -> bool {
     };
     let first = one.iter().find(|t| t.tok != Tok::Punct(b'('));
     matches!(first.map(|t| &t.tok), Some(Tok::Word(w)) if PLAIN_STARTS.contains(&w.as_str()))
+        && calls::only_known_calls(one)
 }
 
 /// "set_config" anywhere, in any case: one pass looking at underscores only.
@@ -198,6 +202,9 @@ mod tests {
             "SELECT set_config('application_name', 'x', false)",
             "SELECT SET_CONFIG('TimeZone', 'UTC', true)",
             "SELECT pg_advisory_lock(1)",
+            // A function of the application's may set a reported parameter (sql::calls).
+            "SELECT leak_timezone()",
+            "INSERT INTO t VALUES (f(1))",
             "SELECT * INTO TEMP t FROM x",
             "PREPARE p AS SELECT 1",
             "EXECUTE p",
