@@ -73,6 +73,7 @@ pub async fn forward(app: &crate::app::App, key: BackendKey) {
         tracing::debug!(pid = key.pid, "cancel request with an unknown key");
         return;
     };
+    client.note_cancel();
     let Some(target) = client.link() else {
         if client.state() == ClientState::Waiting {
             client.raise(crate::registry::clients::CANCEL);

@@ -317,10 +317,7 @@ pub fn pooler_error(err: &crate::protocol::PgError) {
 /// Counts an ErrorResponse a server sends a client; `fields` is as much of its body as
 /// has arrived (the SQLSTATE comes early).
 pub fn server_error(fields: &[u8], database: &str) {
-    let code = fields
-        .split(|b| *b == 0)
-        .find_map(|f| f.strip_prefix(b"C"))
-        .unwrap_or(b"XX000");
+    let code = crate::protocol::error_code(fields).unwrap_or(b"XX000");
     ERRORS[1][class_index(code)].fetch_add(1, Ordering::Relaxed);
     keep_recent(|| {
         let e = crate::protocol::PgError::parse(fields).into_fields();

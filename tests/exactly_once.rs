@@ -301,7 +301,7 @@ fn client_run(port: u16, seed: u64, first_id: i64, out: &std::sync::Mutex<Vec<Ou
     }
 }
 
-/// Ends active inserts now and then, straight on PostgreSQL, until `stop`.
+/// Ends or cancels active inserts now and then, straight on PostgreSQL, until `stop`.
 fn killer(pg_port: u16, seed: u64, stop: &std::sync::atomic::AtomicBool) -> u64 {
     let mut rng = Rng::new(seed);
     let mut c = RawConn::startup(pg_port, "postgres", "postgres", &[])
@@ -309,12 +309,19 @@ fn killer(pg_port: u16, seed: u64, stop: &std::sync::atomic::AtomicBool) -> u64 
     let mut kills = 0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
+        // Half the time a cancel none of the clients sent, as a late cancel for the
+        // request in front looks to the one behind it (client::stray_cancel).
+        let how = if rng.chance(50) {
+            "pg_terminate_backend"
+        } else {
+            "pg_cancel_backend"
+        };
         let rows = c
-            .simple_query(
-                "select pg_terminate_backend(pid) from (select pid from pg_stat_activity \
+            .simple_query(&format!(
+                "select {how}(pid) from (select pid from pg_stat_activity \
                  where query like 'insert into once%' and state = 'active' \
-                 and pid <> pg_backend_pid() order by random() limit 1) s",
-            )
+                 and pid <> pg_backend_pid() order by random() limit 1) s"
+            ))
             .unwrap_or_else(|e| panic!("kill: {e:?}"));
         kills += rows.len() as u64;
     }

@@ -376,6 +376,48 @@ async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
     assert_eq!(pools_at(port, "cl_pipelined"), 0);
 }
 
+/// A cancel that was not the client's (sent for the request in front, reaching
+/// PostgreSQL just after that request ended) hits the request pipelined behind it: that
+/// request, its own implicit transaction which the cancel rolled back, runs again, and
+/// its client never sees the error (issue 24). pg_cancel_backend stands in for the late
+/// cancel: PostgreSQL signals the backend alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_cancel_runs_the_request_behind_again() {
+    let pg = PgServer::start();
+    pg.exec("create table stray (id int)");
+    let (weir, holder) = holding_one_second(&pg).await;
+    let port = weir.port();
+    let a = connect(port, "postgres", "postgres").await.unwrap();
+    let a_task = tokio::spawn(async move {
+        q(&a, "insert into stray select 1 from pg_sleep(0.5)")
+            .await
+            .map_err(|e| code(&e))
+    });
+    assert!(
+        eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1),
+        "A did not go behind the running request"
+    );
+    assert!(holder.await.unwrap().is_ok());
+    let running = "query like 'insert into stray%' and state = 'active'";
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends_where(running) == 1),
+        "A's insert never ran"
+    );
+    pg.exec(&format!(
+        "select pg_cancel_backend(pid) from pg_stat_activity where {running}"
+    ));
+    let ra = tokio::time::timeout(TIMEOUT, a_task)
+        .await
+        .expect("A hung")
+        .unwrap();
+    assert!(ra.is_ok(), "A saw another's cancel: {ra:?}");
+    assert_eq!(pg.psql("select count(*) from stray").trim(), "1");
+    assert!(
+        pg.log().contains("canceling statement due to user request"),
+        "the cancel did not hit A's insert"
+    );
+}
+
 /// A client whose request is aboard asks to cancel it: nothing goes behind it until the
 /// cancel is sent (pool::pipeline::HoldBoarding), else the cancel would be dropped, as it
 /// could hit the request behind.

@@ -12,6 +12,7 @@ pub(crate) use prepare::client_wants;
 mod relay;
 mod route;
 mod state;
+mod stray_cancel;
 
 use crate::pool::lost_request;
 use relay::UNSYNCED;
@@ -199,6 +200,9 @@ struct Extras {
     /// Session mode, during an online restart: the server that moves with the client
     /// (see moved). Taken up again if the move cannot be made.
     handoff: Option<Lease>,
+    /// A request sent before the client had its server, kept for the length of its
+    /// transaction should another's cancel hit it (see stray_cancel).
+    replay: Option<Box<stray_cancel::Replay>>,
 }
 
 impl Extras {
@@ -210,6 +214,7 @@ impl Extras {
             && self.timer.is_none()
             && self.pending_write.is_none()
             && self.handoff.is_none()
+            && self.replay.is_none()
     }
 }
 
@@ -648,6 +653,9 @@ impl Session {
             }
         };
         self.note_write();
+        if let Some(x) = self.extras.as_mut() {
+            x.replay = None;
+        }
         self.client.0.set_idle();
         held.info.0.set_idle();
         if self.prepared_cap != 0 {

@@ -30,7 +30,7 @@ pub fn client_wants(tag: u8) -> usize {
 }
 
 /// Replaces `range` of `buf` with `with`, in place.
-fn splice(buf: &mut BytesMut, range: Range<usize>, with: &[u8]) {
+pub(super) fn splice(buf: &mut BytesMut, range: Range<usize>, with: &[u8]) {
     let (start, end) = (range.start, range.end);
     let old_len = buf.len();
     if with.len() > end - start {

@@ -140,6 +140,7 @@ impl Session {
     /// framed (the wait is counted apart, as wait time).
     pub fn start_on_server(&mut self, sent_ahead: usize) {
         if sent_ahead > 0 {
+            self.keep_for_replay(sent_ahead);
             self.inbuf.advance(sent_ahead);
             self.cframe.consumed(sent_ahead);
             self.delta.received += sent_ahead as u64;
@@ -452,6 +453,9 @@ impl Session {
                     Tracked::Wait => return Ok(()),
                 }
             }
+            if frame.tag == b'E' && self.stray_cancel(&frame, server) {
+                continue;
+            }
             if frame.tag == b'E' {
                 let fields = self.outbuf.get(frame.start + 5..self.sframe.scanned());
                 crate::stats::server_error(fields.unwrap_or_default(), &self.pool.database);
@@ -468,8 +472,11 @@ impl Session {
                     continue;
                 }
             }
-            let Some(body) = frame.body else { continue };
+            let Some(body) = frame.body.clone() else {
+                continue;
+            };
             match frame.tag {
+                b'Z' if self.run_again(&frame) => {}
                 b'Z' => {
                     let status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
                     self.ready(status)?;

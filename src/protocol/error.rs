@@ -72,6 +72,11 @@ impl PgError {
     }
 }
 
+/// The SQLSTATE of an ErrorResponse/NoticeResponse body, without parsing the rest.
+pub fn error_code(fields: &[u8]) -> Option<&[u8]> {
+    fields.split(|b| *b == 0).find_map(|f| f.strip_prefix(b"C"))
+}
+
 impl fmt::Display for PgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}: {}", self.severity, self.code, self.message)

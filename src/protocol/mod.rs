@@ -7,7 +7,7 @@ pub mod messages;
 pub mod reader;
 pub mod startup;
 
-pub use error::PgError;
+pub use error::{error_code, PgError};
 
 /// Message header: one type byte and a 4-byte big-endian length that counts itself.
 pub const HEADER_LEN: usize = 5;

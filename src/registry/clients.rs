@@ -89,6 +89,9 @@ pub struct ClientInfo {
     pinned: AtomicU8,
     /// Notifications wait for it in its pool's listening hub (crate::listen).
     notified: AtomicBool,
+    /// Cancel requests it sent so far: a request of its own cancelled with none sent is
+    /// another's doing (client::stray_cancel).
+    cancels: AtomicU32,
     /// Its session parameters as of its login, for RESET ALL (client::state). Kept here
     /// rather than in the session, whose size every idle client pays in a size class.
     startup: arc_swap::ArcSwapOption<crate::params::ParamSet>,
@@ -251,6 +254,16 @@ impl ClientInfo {
     /// A releaser has taken on sending this waiting client's request (`claim_handoff`).
     pub fn is_handed(&self) -> bool {
         self.signals.load(Ordering::Acquire) & HANDED != 0
+    }
+
+    /// The client sent a cancel request.
+    pub fn note_cancel(&self) {
+        self.cancels.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many cancel requests the client sent so far.
+    pub fn cancels(&self) -> u32 {
+        self.cancels.load(Ordering::Acquire)
     }
 
     /// The waiter queues again, its request on no server (pool::checkout).
@@ -466,6 +479,7 @@ impl ClientInfo {
             kill_reason: AtomicU8::new(0),
             prepared: AtomicU32::new(0),
             pinned: AtomicU8::new(0),
+            cancels: AtomicU32::new(0),
             notified: AtomicBool::new(false),
             startup: arc_swap::ArcSwapOption::empty(),
         }
