@@ -385,13 +385,24 @@ async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
 async fn a_stray_cancel_runs_the_request_behind_again() {
     let pg = PgServer::start();
     pg.exec("create table stray (id int)");
-    let (weir, holder) = holding_one_second(&pg).await;
+    // A simple Query, then an extended batch of the unnamed statement (query_typed).
+    for extended in [false, true] {
+        stray_cancel_behind(&pg, extended).await;
+    }
+    assert_eq!(pg.psql("select count(*) from stray").trim(), "2");
+}
+
+async fn stray_cancel_behind(pg: &PgServer, extended: bool) {
+    let (weir, holder) = holding_one_second(pg).await;
     let port = weir.port();
     let a = connect(port, "postgres", "postgres").await.unwrap();
     let a_task = tokio::spawn(async move {
-        q(&a, "insert into stray select 1 from pg_sleep(0.5)")
-            .await
-            .map_err(|e| code(&e))
+        let sql = "insert into stray select 1 from pg_sleep(0.5)";
+        let r = match extended {
+            false => q(&a, sql).await.map(|_| ()),
+            true => a.query_typed(sql, &[]).await.map(|_| ()),
+        };
+        r.map_err(|e| code(&e))
     });
     assert!(
         eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1),
@@ -403,6 +414,12 @@ async fn a_stray_cancel_runs_the_request_behind_again() {
         eventually(TIMEOUT, || pg.count_backends_where(running) == 1),
         "A's insert never ran"
     );
+    let cancelled = || {
+        pg.log()
+            .matches("canceling statement due to user request")
+            .count()
+    };
+    let before = cancelled();
     pg.exec(&format!(
         "select pg_cancel_backend(pid) from pg_stat_activity where {running}"
     ));
@@ -410,12 +427,11 @@ async fn a_stray_cancel_runs_the_request_behind_again() {
         .await
         .expect("A hung")
         .unwrap();
-    assert!(ra.is_ok(), "A saw another's cancel: {ra:?}");
-    assert_eq!(pg.psql("select count(*) from stray").trim(), "1");
     assert!(
-        pg.log().contains("canceling statement due to user request"),
-        "the cancel did not hit A's insert"
+        ra.is_ok(),
+        "A saw another's cancel (extended: {extended}): {ra:?}"
     );
+    assert!(cancelled() > before, "the cancel did not hit A's insert");
 }
 
 /// A client whose request is aboard asks to cancel it: nothing goes behind it until the
