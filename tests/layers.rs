@@ -161,7 +161,7 @@ fn blank_comments_and_literals(src: &str) -> String {
             let hashes = b[k..].iter().take_while(|&&c| c == b'#').count();
             let start = k + hashes + 1;
             let mut close = vec![b'"'];
-            close.extend(std::iter::repeat(b'#').take(hashes));
+            close.extend(std::iter::repeat_n(b'#', hashes));
             let mut j = start;
             while j < b.len() && !b[j..].starts_with(&close) {
                 j += 1;
