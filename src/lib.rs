@@ -268,7 +268,21 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     }
-    if let Err(e) = workers::start(&app, listeners) {
+    let serving = app.clone();
+    let serve = move |i: usize, listeners: Vec<listener::StdListener>| {
+        let app = serving.clone();
+        async move {
+            for l in listeners {
+                match l.into_tokio() {
+                    Ok(l) => {
+                        tokio::spawn(listener::run(app.clone(), l));
+                    }
+                    Err(e) => tracing::error!("worker {i} cannot listen: {e}"),
+                }
+            }
+        }
+    };
+    if let Err(e) = workers::start(listeners, serve) {
         tracing::error!("cannot start worker threads: {e}");
         return ExitCode::FAILURE;
     }

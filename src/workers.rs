@@ -6,10 +6,6 @@
 
 use std::cell::Cell;
 use std::io;
-use std::sync::Arc;
-
-use crate::app::App;
-use crate::listener::{self, StdListener};
 
 /// Not a worker: the main thread (signals, admin timers, metrics).
 pub const MAIN: usize = usize::MAX;
@@ -69,7 +65,16 @@ pub fn count() -> usize {
     WORKERS.get().map_or(0, Vec::len)
 }
 
-pub fn start(app: &Arc<App>, per_worker: Vec<Vec<StdListener>>) -> io::Result<()> {
+/// Starts a worker thread for each element of `per_worker`, each with its own runtime,
+/// on which `serve(i, element)` runs first (it spawns the worker's listeners); the
+/// runtime then serves what they spawned until the process exits. What a worker serves is
+/// the caller's: this layer knows threads and runtimes, not listeners.
+pub fn start<W, F, Fut>(per_worker: Vec<W>, serve: F) -> io::Result<()>
+where
+    W: Send + 'static,
+    F: Fn(usize, W) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     let mut runtimes = Vec::new();
     for _ in 0..per_worker.len() {
         runtimes.push(
@@ -80,21 +85,14 @@ pub fn start(app: &Arc<App>, per_worker: Vec<Vec<StdListener>>) -> io::Result<()
         );
     }
     let _ = WORKERS.set(runtimes.iter().map(|r| r.handle().clone()).collect());
-    for (i, (listeners, runtime)) in per_worker.into_iter().zip(runtimes).enumerate() {
-        let app = app.clone();
+    for (i, (work, runtime)) in per_worker.into_iter().zip(runtimes).enumerate() {
+        let serve = serve.clone();
         std::thread::Builder::new()
             .name(format!("weir-worker-{i}"))
             .spawn(move || {
                 CURRENT.with(|c| c.set(i));
                 runtime.block_on(async move {
-                    for l in listeners {
-                        match l.into_tokio() {
-                            Ok(l) => {
-                                tokio::spawn(listener::run(app.clone(), l));
-                            }
-                            Err(e) => tracing::error!("worker {i} cannot listen: {e}"),
-                        }
-                    }
+                    serve(i, work).await;
                     // Clients and their timers live on this runtime until the process exits.
                     std::future::pending::<()>().await
                 })

@@ -78,8 +78,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("server", "pool"),
     ("split", "pool"),
     ("takeover", "metrics_http"),
-    ("workers", "app"),
-    ("workers", "listener"),
 ];
 
 /// Files over `MAX_LINES` not split yet; like `NOT_YET`, a list that only shrinks.

@@ -9,64 +9,18 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::app::{App, Snapshot};
-pub use crate::pool::gates::{close_needed, is_disabled, is_paused, mode, Mode};
-use crate::pool::gates::{state, sync_gates, wake_resumed};
+pub use crate::pool::gates::{
+    close_needed, is_disabled, is_paused, mode, shutdown_mode, shutdown_requested, Mode,
+    ShutdownMode,
+};
+use crate::pool::gates::{state, sync_gates, wake_resumed, SHUTDOWN};
 use crate::pool::Pool;
-use crate::protocol::PgError;
 use crate::registry::clients::{KillReason, CLIENTS};
 use crate::registry::servers::SERVERS;
-
-/// How SHUTDOWN asked the process to end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShutdownMode {
-    /// Exit now (plain SHUTDOWN).
-    Immediate,
-    /// Let every client finish its transaction, then exit (like SIGINT).
-    WaitForServers,
-    /// Take no new clients; exit once the connected ones have left.
-    WaitForClients,
-}
-
-static SHUTDOWN: LazyLock<watch::Sender<Option<ShutdownMode>>> =
-    LazyLock::new(|| watch::Sender::new(None));
-
-/// Why a new client of `database` must be turned away, if it must.
-pub fn login_refusal(database: &str) -> Option<PgError> {
-    if matches!(*SHUTDOWN.borrow(), Some(ShutdownMode::WaitForClients)) {
-        return Some(PgError::fatal("57P01", "pooler is shutting down"));
-    }
-    if state().disabled.contains(database) {
-        return Some(PgError::fatal(
-            "08P01",
-            format!("database does not allow connections: {database}"),
-        ));
-    }
-    None
-}
-
-/// Resolves when the console asked the process to shut down, with how.
-pub async fn shutdown_requested() -> ShutdownMode {
-    let mut rx = SHUTDOWN.subscribe();
-    loop {
-        if let Some(mode) = *rx.borrow_and_update() {
-            return mode;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// True once SHUTDOWN was issued (any mode).
-pub fn shutdown_mode() -> Option<ShutdownMode> {
-    *SHUTDOWN.borrow()
-}
 
 // ---- the commands ----
 

@@ -30,7 +30,7 @@ use control::ShutdownMode;
 use rowset::RowSet;
 use sessions::SessionHandle;
 
-pub use control::{login_refusal, reload_config, shutdown_requested};
+pub use control::{reload_config, shutdown_requested};
 pub use period::start;
 
 /// The PgBouncer release whose console Weir reproduces: reported in `server_version`

@@ -22,7 +22,7 @@ use crate::server::ServerAddr;
 use crate::stats::Delta;
 
 /// The admin console's own database and user, listed as PgBouncer lists them.
-pub const ADMIN_DB: &str = "pgbouncer";
+pub use crate::pool::gates::ADMIN_DB;
 
 /// PgBouncer's `format_time_s`: local time, `YYYY-MM-DD HH:MM:SS TZ`.
 pub fn format_time(micros: u64) -> String {

@@ -359,7 +359,7 @@ pub async fn login(
             admission,
         }));
     }
-    if let Some(e) = crate::admin::login_refusal(&database) {
+    if let Some(e) = crate::pool::gates::login_refusal(&database) {
         return Err(refuse(e));
     }
 
@@ -436,7 +436,7 @@ pub async fn login(
 }
 
 /// The console's database (whichever name the client used) and its own user.
-const ADMIN_DB: &str = crate::admin::show::ADMIN_DB;
+use crate::pool::gates::ADMIN_DB;
 
 fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

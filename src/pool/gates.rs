@@ -1,12 +1,18 @@
-//! The console's pause, suspend and disable state, kept here so that the pool consults it
-//! without reaching up into the admin console: the console's commands (admin::control)
-//! change it, a checkout waits on it ([`wait_resumed`]), login and SHOW read it.
+//! The console's pause, suspend, disable and shutdown state, kept here so that the pool
+//! and the client's login consult it without reaching up into the admin console: the
+//! console's commands (admin::control) change it, a checkout waits on it
+//! ([`wait_resumed`]), login ([`login_refusal`]) and SHOW read it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
+
+use crate::protocol::PgError;
+
+/// The admin console's database (and its own user), whichever name a client gives.
+pub const ADMIN_DB: &str = "pgbouncer";
 
 /// The pooler-wide pause state, as SHOW STATE reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,4 +106,50 @@ pub fn is_disabled(database: &str) -> bool {
 
 pub fn close_needed(server_id: u64) -> bool {
     state().close_needed.contains(&server_id)
+}
+
+/// How SHUTDOWN asked the process to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Exit now (plain SHUTDOWN).
+    Immediate,
+    /// Let every client finish its transaction, then exit (like SIGINT).
+    WaitForServers,
+    /// Take no new clients; exit once the connected ones have left.
+    WaitForClients,
+}
+
+pub(crate) static SHUTDOWN: LazyLock<watch::Sender<Option<ShutdownMode>>> =
+    LazyLock::new(|| watch::Sender::new(None));
+
+/// Why a new client of `database` must be turned away, if it must.
+pub fn login_refusal(database: &str) -> Option<PgError> {
+    if matches!(*SHUTDOWN.borrow(), Some(ShutdownMode::WaitForClients)) {
+        return Some(PgError::fatal("57P01", "pooler is shutting down"));
+    }
+    if state().disabled.contains(database) {
+        return Some(PgError::fatal(
+            "08P01",
+            format!("database does not allow connections: {database}"),
+        ));
+    }
+    None
+}
+
+/// Resolves when the console asked the process to shut down, with how.
+pub async fn shutdown_requested() -> ShutdownMode {
+    let mut rx = SHUTDOWN.subscribe();
+    loop {
+        if let Some(mode) = *rx.borrow_and_update() {
+            return mode;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// True once SHUTDOWN was issued (any mode).
+pub fn shutdown_mode() -> Option<ShutdownMode> {
+    *SHUTDOWN.borrow()
 }
