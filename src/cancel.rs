@@ -10,7 +10,6 @@
 //! identity of its clients. The secret's low 2 bits are a time to live, as PgBouncer's,
 //! taken down at each hop, so that a loop between misconfigured peers ends.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,25 +17,8 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::protocol::messages;
 use crate::registry::clients::{by_cancel_key, CancelTarget, ClientState};
+use crate::registry::keys::{peer_id, TTL};
 use crate::server::{BackendKey, ServerAddr};
-
-/// This process's `peer_id`, 0 without peers (set once at startup: not reloadable).
-static PEER_ID: AtomicU32 = AtomicU32::new(0);
-const TTL: u32 = 3;
-
-pub fn set_peer_id(id: u32) {
-    PEER_ID.store(id & 0xffff, Ordering::Relaxed);
-}
-
-/// A new client's cancel secret: random, with this process's peer id and a full time to
-/// live when it has one.
-pub fn new_secret() -> u32 {
-    let random: u32 = rand::random();
-    match PEER_ID.load(Ordering::Relaxed) {
-        0 => random,
-        id => (id << 16) | (random & 0xfffc) | TTL,
-    }
-}
 
 /// The peer a key was given out by (0: none), and what it has left to live.
 fn stamp(key: BackendKey) -> (u32, u32) {
@@ -47,7 +29,7 @@ fn stamp(key: BackendKey) -> (u32, u32) {
 /// waiting for a server is taken out of the queue instead; a key of another peer goes to
 /// that peer.
 pub async fn forward(app: &crate::app::App, key: BackendKey) {
-    let own = PEER_ID.load(Ordering::Relaxed);
+    let own = peer_id();
     let (peer, ttl) = stamp(key);
     if own != 0 && peer != 0 && peer != own {
         return to_peer(app, key, peer, ttl).await;

@@ -245,7 +245,7 @@ async fn serve(
     };
     workers::set_main_runtime(tokio::runtime::Handle::current());
     timers::set_home(tokio::runtime::Handle::current());
-    crate::cancel::set_peer_id(snap.config.general.peer_id);
+    crate::registry::keys::set_peer_id(snap.config.general.peer_id);
     let app = App::new(config_path, snap);
     app.open_forced_pools();
     admin::start(&app);

@@ -343,3 +343,19 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerAddr {
+    Tcp { host: String, port: u16 },
+    Unix { path: std::path::PathBuf },
+}
+
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddr::Tcp { host, port } => write!(f, "{host}:{port}"),
+            ServerAddr::Unix { path } => write!(f, "{}", path.display()),
+        }
+    }
+}

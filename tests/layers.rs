@@ -72,8 +72,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("listener", "takeover"),
     ("pool", "takeover"),
     ("protocol", "stats"),
-    ("registry", "cancel"),
-    ("registry", "server"),
     ("server", "app"),
     ("server", "pool"),
     ("split", "pool"),

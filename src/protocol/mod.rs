@@ -14,3 +14,11 @@ pub const HEADER_LEN: usize = 5;
 
 /// PostgreSQL refuses startup packets larger than this (MAX_STARTUP_PACKET_LENGTH).
 pub const MAX_STARTUP_PACKET: usize = 10_000;
+
+/// A backend's cancel key (BackendKeyData): the process id and secret a CancelRequest
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendKey {
+    pub pid: u32,
+    pub secret: u32,
+}

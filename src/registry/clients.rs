@@ -9,8 +9,9 @@ use std::time::Duration;
 use atomic_waker::AtomicWaker;
 
 use super::{now_micros, Registry};
-use crate::server::{BackendKey, ServerAddr};
+use crate::protocol::BackendKey;
 use crate::stream::Endpoint;
+use crate::stream::ServerAddr;
 
 pub static CLIENTS: LazyLock<Registry<u32, ClientInfo>> = LazyLock::new(Registry::new);
 
@@ -434,7 +435,7 @@ impl ClientHandle {
         let make = |pid| {
             let secret = match key {
                 Some(k) if k.pid == pid => k.secret,
-                _ => crate::cancel::new_secret(),
+                _ => super::keys::new_secret(),
             };
             ClientInfo::new(BackendKey { pid, secret }, connect_time, names, peer, local)
         };

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use super::{now_micros, Registry};
-use crate::server::ServerAddr;
 use crate::stream::Endpoint;
+use crate::stream::ServerAddr;
 
 pub static SERVERS: LazyLock<Registry<u64, ServerInfo>> = LazyLock::new(Registry::new);
 

@@ -6,7 +6,6 @@ mod login;
 pub mod welcome;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,27 +24,8 @@ use crate::stream::Stream;
 pub use login::{connect, connect_one, ConnectError, Login, ServerTarget};
 pub use weir_auth::scram::Credential as ScramCredential;
 
-/// Where a server listens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ServerAddr {
-    Tcp { host: String, port: u16 },
-    Unix { path: PathBuf },
-}
-
-impl fmt::Display for ServerAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerAddr::Tcp { host, port } => write!(f, "{host}:{port}"),
-            ServerAddr::Unix { path } => write!(f, "{}", path.display()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackendKey {
-    pub pid: u32,
-    pub secret: u32,
-}
+pub use crate::protocol::BackendKey;
+pub use crate::stream::ServerAddr;
 
 static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
 

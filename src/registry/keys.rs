@@ -1,0 +1,30 @@
+//! The cancel keys Weir gives its clients. With peers (`peer_id`, `[peers]`) each key
+//! carries this process's id in its secret's high 16 bits and a time to live in its low 2
+//! bits, which cancel forwarding reads (crate::cancel); kept here, beside the clients the
+//! keys are given to, as a process-wide setting made once at startup.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// This process's `peer_id`, 0 without peers (set once at startup: not reloadable).
+static PEER_ID: AtomicU32 = AtomicU32::new(0);
+/// The time to live a key starts with, in its secret's low 2 bits.
+pub const TTL: u32 = 3;
+
+pub fn set_peer_id(id: u32) {
+    PEER_ID.store(id & 0xffff, Ordering::Relaxed);
+}
+
+/// A new client's cancel secret: random, with this process's peer id and a full time to
+/// live when it has one.
+pub fn new_secret() -> u32 {
+    let random: u32 = rand::random();
+    match PEER_ID.load(Ordering::Relaxed) {
+        0 => random,
+        id => (id << 16) | (random & 0xfffc) | TTL,
+    }
+}
+
+/// This process's peer id, 0 without peers.
+pub fn peer_id() -> u32 {
+    PEER_ID.load(Ordering::Relaxed)
+}
