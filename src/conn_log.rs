@@ -13,12 +13,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::admin::sessions::AdminSession;
-use crate::pool::PoolSettings;
 use crate::registry::clients::ClientInfo;
 use crate::registry::now_micros;
 use crate::registry::servers::ServerInfo;
-use crate::server::ServerConn;
 use crate::stream::Endpoint;
 
 /// The admin console's database, as PgBouncer names it in its prefix.
@@ -77,13 +74,14 @@ fn age_secs(connect_time: u64) -> u64 {
     now_micros().saturating_sub(connect_time) / 1_000_000
 }
 
-fn console(s: &AdminSession) -> Prefix<'_> {
+/// An admin console session: its id (SHOW CLIENTS id and cancel pid), user and peer.
+fn console<'a>(id: u32, user: &'a str, peer: &'a Endpoint) -> Prefix<'a> {
     Prefix {
         kind: 'C',
-        id: u64::from(s.id),
+        id: u64::from(id),
         database: CONSOLE_DB,
-        user: &s.user,
-        addr: &s.peer,
+        user,
+        addr: peer,
     }
 }
 
@@ -95,8 +93,8 @@ pub fn login_attempt(c: &std::sync::Arc<ClientInfo>) {
     }
 }
 
-pub fn console_login(s: &AdminSession) {
-    logged_in(console(s), "no");
+pub fn console_login(id: u32, user: &str, peer: &Endpoint) {
+    logged_in(console(id, user, peer), "no");
 }
 
 fn logged_in(who: Prefix<'_>, tls: &str) {
@@ -113,8 +111,8 @@ pub fn client_closing(c: &ClientInfo, reason: &str) {
     closing(client(c), c.connect_time, reason);
 }
 
-pub fn console_closing(s: &AdminSession, reason: &str) {
-    closing(console(s), s.connect_time, reason);
+pub fn console_closing(id: u32, user: &str, peer: &Endpoint, connect_time: u64, reason: &str) {
+    closing(console(id, user, peer), connect_time, reason);
 }
 
 fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
@@ -170,22 +168,6 @@ pub fn server_opened(s: &ServerInfo) {
 
 pub fn server_closing(s: &ServerInfo, reason: &str) {
     closing(server(s), s.connect_time, reason);
-}
-
-/// An idle server closed for its age, its idleness or a configuration change (checked in
-/// that order of precedence, as the caller found at least one).
-pub fn server_expired(s: &ServerConn, settings: &PoolSettings) {
-    let reason = if crate::takeover::handed_over() {
-        "taken over by a new process"
-    } else if s.generation != settings.target.generation {
-        "database configuration changed"
-    } else if !settings.server_lifetime.is_zero() && s.created.elapsed() >= settings.server_lifetime
-    {
-        "server lifetime over"
-    } else {
-        "server idle timeout"
-    };
-    server_closing(&s.info.0, reason);
 }
 
 /// Why a server coming back from a client is closed instead of pooled.

@@ -128,7 +128,7 @@ pub async fn serve(
     );
     // The registration uncounts the session when it goes.
     login.admission.keep();
-    crate::conn_log::console_login(&handle.0);
+    crate::conn_log::console_login(handle.0.id, &handle.0.user, &handle.0.peer);
     let console = Console {
         app: app.clone(),
         session: handle.0.clone(),
@@ -150,7 +150,13 @@ pub async fn serve(
     messages::ready_for_query(&mut out, b'I');
     if stream.write_all(&out).await.is_ok() {
         let reason = console.run(&mut stream, &mut inbuf).await;
-        crate::conn_log::console_closing(&handle.0, reason);
+        crate::conn_log::console_closing(
+            handle.0.id,
+            &handle.0.user,
+            &handle.0.peer,
+            handle.0.connect_time,
+            reason,
+        );
     }
     drop(console);
     drop(handle);

@@ -56,7 +56,7 @@ impl Pool {
             }
         }
         for s in closing {
-            crate::conn_log::server_expired(&s, &settings);
+            crate::conn_log::server_closing(&s.info.0, expiry_reason(&s, &settings));
             self.closed_idle(*s);
         }
     }
@@ -102,5 +102,23 @@ impl Pool {
                 }
             }
         }
+    }
+}
+
+/// Why an idle server is closed for its age, its idleness or a configuration change
+/// (checked in that order of precedence, as the caller found at least one).
+pub(super) fn expiry_reason(
+    s: &crate::server::ServerConn,
+    settings: &super::PoolSettings,
+) -> &'static str {
+    if crate::takeover::handed_over() {
+        "taken over by a new process"
+    } else if s.generation != settings.target.generation {
+        "database configuration changed"
+    } else if !settings.server_lifetime.is_zero() && s.created.elapsed() >= settings.server_lifetime
+    {
+        "server lifetime over"
+    } else {
+        "server idle timeout"
     }
 }

@@ -314,7 +314,7 @@ impl Pool {
                 }
             };
             for s in expired {
-                crate::conn_log::server_expired(&s, &settings);
+                crate::conn_log::server_closing(&s.info.0, janitor::expiry_reason(&s, &settings));
                 self.closed_idle(*s);
             }
             let grant = match step {
