@@ -385,17 +385,20 @@ async fn a_client_queueing_while_a_request_runs_goes_behind_it() {
 async fn a_stray_cancel_runs_the_request_behind_again() {
     let pg = PgServer::start();
     pg.exec("create table stray (id int)");
-    // A simple Query, then an extended batch of the unnamed statement (query_typed).
-    for extended in [false, true] {
-        stray_cancel_behind(&pg, extended).await;
+    // A simple Query, then an extended batch of the unnamed statement (query_typed);
+    // then a simple Query with a third client's request behind it, which keeps the
+    // server: the cancelled request runs again on its client's next server.
+    for (extended, behind) in [(false, false), (true, false), (false, true)] {
+        stray_cancel_behind(&pg, extended, behind).await;
     }
-    assert_eq!(pg.psql("select count(*) from stray").trim(), "2");
+    assert_eq!(pg.psql("select count(*) from stray").trim(), "3");
 }
 
-async fn stray_cancel_behind(pg: &PgServer, extended: bool) {
+async fn stray_cancel_behind(pg: &PgServer, extended: bool, behind: bool) {
     let (weir, holder) = holding_one_second(pg).await;
     let port = weir.port();
     let a = connect(port, "postgres", "postgres").await.unwrap();
+    let c = connect(port, "postgres", "postgres").await.unwrap();
     let a_task = tokio::spawn(async move {
         let sql = "insert into stray select 1 from pg_sleep(0.5)";
         let r = match extended {
@@ -408,6 +411,19 @@ async fn stray_cancel_behind(pg: &PgServer, extended: bool) {
         eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1),
         "A did not go behind the running request"
     );
+    let c_task = tokio::spawn(async move {
+        if behind {
+            q1(&c, "select 'c'").await
+        } else {
+            "c".to_string()
+        }
+    });
+    if behind {
+        assert!(
+            eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 2),
+            "C did not go behind A"
+        );
+    }
     assert!(holder.await.unwrap().is_ok());
     let running = "query like 'insert into stray%' and state = 'active'";
     assert!(
@@ -432,6 +448,7 @@ async fn stray_cancel_behind(pg: &PgServer, extended: bool) {
         "A saw another's cancel (extended: {extended}): {ra:?}"
     );
     assert!(cancelled() > before, "the cancel did not hit A's insert");
+    assert_eq!(c_task.await.unwrap(), "c");
 }
 
 /// A client whose request is aboard asks to cancel it: nothing goes behind it until the

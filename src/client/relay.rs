@@ -453,7 +453,7 @@ impl Session {
                     Tracked::Wait => return Ok(()),
                 }
             }
-            if frame.tag == b'E' && self.stray_cancel(&frame, server) {
+            if frame.tag == b'E' && self.stray_cancel(&frame) {
                 continue;
             }
             if frame.tag == b'E' {

@@ -7,15 +7,16 @@
 //! statement, or an extended batch to its Sync), a 57014 means it was rolled back whole
 //! and left no effect: if this client sent no
 //! cancel and has been given nothing of the answer, the error and its ReadyForQuery are
-//! swallowed and the request goes again, as if the client had sent it a second time.
+//! swallowed and the request goes again, as if the client had sent it a second time: on
+//! the same server, or, with other clients' requests behind it there, on the client's
+//! next one once the server has gone to them.
 //! The client never sees the other's cancel.
 
 use bytes::Bytes;
 
-use super::relay::PLAIN;
+use super::relay::{ANSWERED, CARRYING, PLAIN};
 use super::Session;
 use crate::protocol::framer::Frame;
-use crate::server::ServerConn;
 
 /// The largest request kept for a run again: a copy for every pipelined request is
 /// cheap only while it is small.
@@ -88,7 +89,7 @@ impl Session {
 
     /// An ErrorResponse for the request: true when it was a stray cancel's, now removed
     /// with what came before it of the answer (nothing of which reached the client).
-    pub(super) fn stray_cancel(&mut self, frame: &Frame, server: &ServerConn) -> bool {
+    pub(super) fn stray_cancel(&mut self, frame: &Frame) -> bool {
         let (pending, sent, cancels) = (
             self.exchange.pending,
             self.delta.sent,
@@ -104,7 +105,6 @@ impl Session {
             || pending != 1
             || sent != r.shown
             || cancels != r.cancels
-            || !server.passengers.is_empty()
             || crate::protocol::error_code(fields) != Some(b"57014".as_slice())
         {
             return false;
@@ -131,6 +131,11 @@ impl Session {
         self.remove_server_message(frame);
         // Counted again as it is framed again.
         self.exchange.pending = self.exchange.pending.saturating_sub(1);
+        if self.exchange.pending == 0 && self.exchange.has(CARRYING) {
+            // Other clients' requests follow on this server (pool::pipeline): it goes to
+            // them, and the request runs again on the client's next server.
+            self.exchange.set(ANSWERED, true);
+        }
         super::prepare::splice(&mut self.inbuf, 0..0, &bytes);
         true
     }
