@@ -302,6 +302,12 @@ pub fn recent_errors() -> Vec<RecentError> {
 }
 
 /// Counts an error Weir sends a client (called by the ErrorResponse builder).
+/// An ErrorResponse Weir itself sends a client, counted (SHOW STATS, /metrics).
+pub fn error_response(err: &crate::protocol::PgError) -> bytes::BytesMut {
+    pooler_error(err);
+    crate::protocol::messages::error_response(err)
+}
+
 pub fn pooler_error(err: &crate::protocol::PgError) {
     ERRORS[0][class_index(err.code.as_bytes())].fetch_add(1, Ordering::Relaxed);
     keep_recent(|| RecentError {

@@ -67,7 +67,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("client", "takeover"),
     ("listener", "takeover"),
     ("pool", "takeover"),
-    ("protocol", "stats"),
     ("server", "app"),
     ("server", "pool"),
     ("split", "pool"),

@@ -171,11 +171,11 @@ impl Console {
             let msg = tokio::select! {
                 m = read_message(stream, inbuf, MAX_MESSAGE) => m,
                 reason = self.session.killed() => {
-                    let _ = stream.write_all(&messages::error_response(&PgError::fatal("08P01", reason))).await;
+                    let _ = stream.write_all(&crate::stats::error_response(&PgError::fatal("08P01", reason))).await;
                     return reason;
                 }
                 _ = self.app.shutdown.cancelled() => {
-                    let _ = stream.write_all(&messages::error_response(&PgError::fatal("57P01", "pooler is shutting down"))).await;
+                    let _ = stream.write_all(&crate::stats::error_response(&PgError::fatal("57P01", "pooler is shutting down"))).await;
                     return "shutdown";
                 }
                 _ = control::shutdown_requested() => return "shutdown",
@@ -193,7 +193,7 @@ impl Console {
                     let exit = tokio::select! {
                         exit = self.query(&query, &mut out) => exit,
                         reason = self.session.killed() => {
-                            let _ = stream.write_all(&messages::error_response(&PgError::fatal("08P01", reason))).await;
+                            let _ = stream.write_all(&crate::stats::error_response(&PgError::fatal("08P01", reason))).await;
                             return reason;
                         }
                     };
@@ -207,7 +207,7 @@ impl Console {
                 b'X' => return "client close request",
                 b'P' | b'B' | b'E' | b'D' | b'C' => {
                     if !skipping {
-                        out.extend_from_slice(&messages::error_response(&error(
+                        out.extend_from_slice(&crate::stats::error_response(&error(
                             "08P01",
                             "extended query protocol not supported by admin console",
                         )));
@@ -227,7 +227,7 @@ impl Console {
                             other as char
                         ),
                     );
-                    let _ = stream.write_all(&messages::error_response(&err)).await;
+                    let _ = stream.write_all(&crate::stats::error_response(&err)).await;
                     return "bad packet";
                 }
             }
@@ -285,7 +285,7 @@ impl Console {
         if self.app.snapshot.load().config.general.log_pooler_errors {
             tracing::warn!("admin console error: {}", f.message);
         }
-        out.extend_from_slice(&messages::error_response(&error(f.code, &f.message)));
+        out.extend_from_slice(&crate::stats::error_response(&error(f.code, &f.message)));
     }
 
     fn set(&self, sets: &[(String, String)]) -> Result<Vec<String>, Failure> {

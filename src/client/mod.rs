@@ -500,7 +500,9 @@ impl Session {
 
 async fn refuse(stream: &mut Stream, error: &PgError) {
     let _ = crate::timers::timeout(Duration::from_secs(5), async {
-        stream.write_all(&messages::error_response(error)).await?;
+        stream
+            .write_all(&crate::stats::error_response(error))
+            .await?;
         stream.shutdown().await
     })
     .await;
@@ -755,7 +757,7 @@ impl Session {
         if pending > 0 {
             let e = lost_request();
             crate::conn_log::pooler_error(&self.client.0, &e.message);
-            let mut out = messages::error_response(&e);
+            let mut out = crate::stats::error_response(&e);
             for _ in 0..pending {
                 messages::ready_for_query(&mut out, b'I');
             }
@@ -814,7 +816,7 @@ impl Session {
             }
         }
         crate::conn_log::pooler_error(&self.client.0, &error.message);
-        let mut out = messages::error_response(error);
+        let mut out = crate::stats::error_response(error);
         messages::ready_for_query(&mut out, b'I');
         self.stream
             .write_all(&out)

@@ -10,7 +10,8 @@ use super::messages::*;
 use super::replies::{ClientStatements, Reply};
 use super::retry;
 use super::server::ServerStatements;
-use crate::protocol::{messages::error_response, PgError};
+use crate::protocol::PgError;
+use crate::stats::error_response;
 
 pub enum ServerEdit {
     Keep,

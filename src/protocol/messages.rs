@@ -25,8 +25,9 @@ fn with_message(tag: u8, body: impl FnOnce(&mut BytesMut)) -> BytesMut {
     buf
 }
 
+/// An ErrorResponse. What Weir itself tells a client goes through
+/// `stats::error_response`, which counts it too.
 pub fn error_response(err: &PgError) -> BytesMut {
-    crate::stats::pooler_error(err);
     error_or_notice(b'E', err)
 }
 
