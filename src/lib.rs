@@ -116,7 +116,7 @@ pub fn run() -> ExitCode {
             }
         },
     };
-    let offer = takeover::Offer::new(&listeners, http.as_ref());
+    let offer = takeover::Offer::new(&listeners, http.as_ref(), metrics_http::resume);
     if args.daemon {
         if let Err(e) = cli::daemonize() {
             eprintln!("weir: cannot daemonize: {e}");

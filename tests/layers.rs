@@ -70,7 +70,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("server", "app"),
     ("server", "pool"),
     ("split", "pool"),
-    ("takeover", "metrics_http"),
 ];
 
 /// Files over `MAX_LINES` not split yet; like `NOT_YET`, a list that only shrinks.

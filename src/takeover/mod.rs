@@ -163,10 +163,17 @@ fn uid() -> u32 {
 /// workers own them.
 pub struct Offer {
     sockets: Vec<(SocketDesc, OwnedFd)>,
+    /// Serves `http_listen` again on its socket should the successor die (given by the
+    /// caller: the HTTP endpoint sits above this layer).
+    resume_http: fn(std::net::TcpListener),
 }
 
 impl Offer {
-    pub fn new(per_worker: &[Vec<StdListener>], http: Option<&std::net::TcpListener>) -> Offer {
+    pub fn new(
+        per_worker: &[Vec<StdListener>],
+        http: Option<&std::net::TcpListener>,
+        resume_http: fn(std::net::TcpListener),
+    ) -> Offer {
         let mut sockets = Vec::new();
         let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned();
         for (worker, list) in per_worker.iter().enumerate() {
@@ -194,7 +201,10 @@ impl Offer {
                 Err(e) => tracing::warn!("online restart: cannot keep the http socket: {e}"),
             }
         }
-        Offer { sockets }
+        Offer {
+            sockets,
+            resume_http,
+        }
     }
 }
 
@@ -378,7 +388,7 @@ fn resume(app: &Arc<App>, offer: &Offer) {
                 desc.path.clone(),
             ),
             Kind::Http => {
-                crate::metrics_http::resume(std::net::TcpListener::from(fd));
+                (offer.resume_http)(std::net::TcpListener::from(fd));
                 continue;
             }
         };
