@@ -45,7 +45,7 @@ pub async fn forward(app: &crate::app::App, key: BackendKey) {
     };
     let Some(client) = by_cancel_key(key) else {
         // During an online restart the client may still be on the previous process.
-        if crate::takeover::forward_cancel(key) {
+        if crate::registry::handover::forward_cancel(key) {
             tracing::debug!(
                 pid = key.pid,
                 "cancel request passed to the previous process"

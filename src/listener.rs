@@ -37,7 +37,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix(_, Some(path)) = self {
             // After an online restart the socket (and its file) is the new process's.
-            if !crate::takeover::keeps_socket_files() {
+            if !crate::registry::handover::keeps_socket_files() {
                 let _ = std::fs::remove_file(path);
             }
         }

@@ -310,7 +310,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: Endpoint, local: Endpoin
 /// Runs a session until it ends or is parked (a resumed one has had its welcome).
 async fn run_session(mut session: Box<Session>, mut resumed: bool) {
     while session.main(resumed).await {
-        if crate::takeover::moving() {
+        if crate::registry::handover::moving() {
             match crate::takeover::hand(session) {
                 Ok(()) => return,
                 Err(s) => session = s,
@@ -901,7 +901,7 @@ impl Session {
             }
             // An online restart: the client goes to the new process as soon as it is idle
             // with nothing half-done (run_session hands it over).
-            if crate::takeover::moving() && self.movable() {
+            if crate::registry::handover::moving() && self.movable() {
                 return Wake::Park;
             }
             // The idle timer is boxed and only made when configured: an idle client's task

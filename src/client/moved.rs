@@ -117,7 +117,7 @@ impl Session {
     /// and its server move (unless the server is to be given up anyway).
     pub(super) fn moves_with_server(&self, held: &Lease) -> bool {
         self.mode == PoolMode::Session
-            && crate::takeover::moving()
+            && crate::registry::handover::moving()
             && !self.shutting_down
             && !(self.fast_close && held.generation != self.pool.settings().target.generation)
     }

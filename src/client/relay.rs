@@ -177,7 +177,9 @@ impl Session {
         let release_on_idle = self.mode != PoolMode::Session
             || self.shutting_down
             || (self.fast_close && server.generation != self.pool.settings().target.generation)
-            || (crate::takeover::moving() && !self.stream.is_tls() && !server.stream.is_tls());
+            || (crate::registry::handover::moving()
+                && !self.stream.is_tls()
+                && !server.stream.is_tls());
         loop {
             let mut progress = false;
             // With other clients' requests behind its own, the client's next one waits

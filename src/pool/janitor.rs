@@ -32,7 +32,7 @@ impl Pool {
         // After an online restart the new process serves: the clients still here only
         // finish, and the servers they leave idle would count against max_connections
         // beside the new process's.
-        let handed_over = crate::takeover::handed_over();
+        let handed_over = crate::registry::handover::handed_over();
         let mut closing = Vec::new();
         {
             let mut st = self.lock();
@@ -65,7 +65,7 @@ impl Pool {
     /// and max_user_connections through the slot) are open, one at a time; not while
     /// paused or suspended, as PgBouncer.
     async fn fill_to_minimum(self: &Arc<Self>) {
-        if super::gates::gates_closed() || crate::takeover::handed_over() {
+        if super::gates::gates_closed() || crate::registry::handover::handed_over() {
             return;
         }
         let settings = self.settings();
@@ -111,7 +111,7 @@ pub(super) fn expiry_reason(
     s: &crate::server::ServerConn,
     settings: &super::PoolSettings,
 ) -> &'static str {
-    if crate::takeover::handed_over() {
+    if crate::registry::handover::handed_over() {
         "taken over by a new process"
     } else if s.generation != settings.target.generation {
         "database configuration changed"

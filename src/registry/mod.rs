@@ -5,6 +5,7 @@
 pub mod client_limits;
 pub mod client_tls;
 pub mod clients;
+pub mod handover;
 pub mod keys;
 pub mod servers;
 

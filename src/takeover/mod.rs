@@ -41,6 +41,9 @@ use crate::client::Session;
 use crate::listener::StdListener;
 use crate::server::BackendKey;
 
+use crate::registry::handover;
+pub use crate::registry::handover::{handed_over, predecessor_running};
+
 const HELLO: u8 = b'H';
 const LISTENER: u8 = b'L';
 const LISTENERS_END: u8 = b'E';
@@ -50,14 +53,8 @@ const CANCEL: u8 = b'K';
 /// Both processes must speak the same version of the channel (and of client::moved).
 const VERSION: u32 = 1;
 
-/// The old process hands its idle clients over.
-static MOVING: AtomicBool = AtomicBool::new(false);
-/// The old process has given its sockets away: files they have belong to the new one.
-static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 /// The old process: clients on their way to the new one.
 static OUTBOX: Mutex<Option<mpsc::Sender<Parcel>>> = Mutex::new(None);
-/// The new process: cancel keys for the old one.
-static TO_PREDECESSOR: Mutex<Option<mpsc::Sender<BackendKey>>> = Mutex::new(None);
 /// The new process went away after taking over: this one accepts again (`resume`).
 static SUCCESSOR_LOST: AtomicBool = AtomicBool::new(false);
 /// The old process's main loop, winding down, waits on this to carry on instead.
@@ -66,12 +63,6 @@ static RESUMED: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notif
 /// Resolves when a new process that had taken over is gone and this one serves again.
 pub async fn resumed() {
     RESUMED.notified().await;
-}
-
-/// Files of the listening sockets are kept at exit: a new process has them now, or a
-/// previous one still serves on them.
-pub fn keeps_socket_files() -> bool {
-    handed_over() || predecessor_running()
 }
 
 /// The old process's main loop waits on this to start winding down.
@@ -132,15 +123,6 @@ struct SocketDesc {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Idle clients are being handed to a new process.
-pub fn moving() -> bool {
-    MOVING.load(Ordering::Relaxed)
-}
-
-pub fn handed_over() -> bool {
-    HANDED_OVER.load(Ordering::Relaxed)
 }
 
 /// Resolves once a new process has taken over.
@@ -326,10 +308,10 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
     conn.set_read_timeout(None)?;
     let reader = conn.try_clone()?;
     SUCCESSOR_LOST.store(false, Ordering::SeqCst);
-    HANDED_OVER.store(true, Ordering::SeqCst);
+    handover::set_handed_over(true);
     let (tx, rx) = mpsc::channel();
     *lock(&OUTBOX) = Some(tx);
-    MOVING.store(true, Ordering::SeqCst);
+    handover::set_moving(true);
     crate::listener::stop_accepting();
     TAKEN_OVER.notify_one();
     tracing::info!(
@@ -371,7 +353,7 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
 fn resume(app: &Arc<App>, offer: &Offer) {
     abort();
     crate::listener::resume_accepting();
-    HANDED_OVER.store(false, Ordering::SeqCst);
+    handover::set_handed_over(false);
     let workers = crate::workers::count().max(1);
     for (desc, fd) in &offer.sockets {
         let fd = match fd.try_clone() {
@@ -423,7 +405,7 @@ fn sweep() {
 
 /// Stops moving clients: those left stay here until they leave.
 fn abort() {
-    MOVING.store(false, Ordering::SeqCst);
+    handover::set_moving(false);
     lock(&OUTBOX).take();
 }
 
@@ -587,7 +569,7 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
         return;
     }
     let (tx, rx) = mpsc::channel::<BackendKey>();
-    *lock(&TO_PREDECESSOR) = Some(tx);
+    handover::set_predecessor(Some(tx));
     if let Ok(writer) = conn.try_clone() {
         let _ = std::thread::Builder::new()
             .name("weir-takeover-cancels".into())
@@ -617,21 +599,7 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
                     Ok(None) | Err(_) => break,
                 }
             }
-            lock(&TO_PREDECESSOR).take();
+            handover::set_predecessor(None);
             tracing::info!("online restart complete: the previous process has exited ({moved} clients taken over)");
         });
-}
-
-/// The previous process still runs (and may still send clients here): this process must
-/// not exit before it, or the clients on their way here would be lost.
-pub fn predecessor_running() -> bool {
-    lock(&TO_PREDECESSOR).is_some()
-}
-
-/// A cancel request for a key this process does not know goes to the previous process
-/// while it runs: its client may still be there. False when there is none.
-pub fn forward_cancel(key: BackendKey) -> bool {
-    lock(&TO_PREDECESSOR)
-        .as_ref()
-        .is_some_and(|tx| tx.send(key).is_ok())
 }
