@@ -14,6 +14,7 @@ mod conn_log;
 mod fd_limit;
 pub mod fuzzing;
 mod gucs;
+mod host_check;
 mod listen;
 mod listener;
 mod logging;
@@ -261,7 +262,7 @@ async fn serve(
         }
     });
     tokio::spawn(client::park::watch());
-    server::health::start(&app);
+    host_check::start(&app);
     if let Some(l) = http {
         if let Err(e) = metrics_http::start(&app, l) {
             tracing::error!("cannot serve http_listen: {e}");

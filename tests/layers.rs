@@ -40,6 +40,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("split", 5),
     ("pool", 5),
     ("app", 5),
+    ("host_check", 5),
     // 6: the client session
     ("listen", 6),
     ("auth_query", 6),
@@ -64,7 +65,6 @@ const MAX_LINES: usize = 800;
 const NOT_YET: &[(&str, &str)] = &[
     ("client", "admin"),
     ("client", "takeover"),
-    ("server", "app"),
     ("server", "pool"),
     ("split", "pool"),
 ];

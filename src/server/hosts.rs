@@ -65,12 +65,12 @@ pub struct Host {
     /// The last failure (connect, login, or not fitting), with its time in µs since the
     /// epoch; kept after the host recovers, for SHOW HOSTS.
     last_error: Mutex<Option<(u64, String)>>,
-    /// Health checks (see `health`): failures in a row, when the next check is due (µs
+    /// Health checks (see crate::host_check): failures in a row, when the next check is due (µs
     /// since the epoch), whether one is under way, and whether the host is out of the
     /// rotation (tried last by new server connections).
-    pub(super) check_fails: AtomicU32,
-    pub(super) next_check_us: AtomicU64,
-    pub(super) checking: AtomicBool,
+    pub(crate) check_fails: AtomicU32,
+    pub(crate) next_check_us: AtomicU64,
+    pub(crate) checking: AtomicBool,
     out: AtomicBool,
     /// Replication lag in seconds (f64 bits) as the last check saw it; NO_LAG when the
     /// host is a primary or has not been checked.
@@ -113,7 +113,7 @@ impl Host {
 
     /// A check succeeded: the host is up, back in the rotation, with this role and lag.
     /// Returns the role it had before.
-    pub(super) fn check_ok(&self, role: Role, lag: Option<f64>) -> Role {
+    pub(crate) fn check_ok(&self, role: Role, lag: Option<f64>) -> Role {
         let before = self.role();
         self.check_fails.store(0, Ordering::Relaxed);
         self.out.store(false, Ordering::Relaxed);
@@ -125,13 +125,13 @@ impl Host {
 
     /// A check's login was refused: the host is there, but the check learnt nothing
     /// else; the failures in a row are not counted.
-    pub(super) fn check_refused(&self, text: String) {
+    pub(crate) fn check_refused(&self, text: String) {
         self.set_error(text);
     }
 
     /// A check failed; after `threshold` in a row the host is down and out of the
     /// rotation. Returns the failures in a row so far.
-    pub(super) fn check_failed(&self, text: String, threshold: u32) -> u32 {
+    pub(crate) fn check_failed(&self, text: String, threshold: u32) -> u32 {
         let fails = self.check_fails.fetch_add(1, Ordering::Relaxed) + 1;
         self.set_error(text);
         if fails >= threshold.max(1) {

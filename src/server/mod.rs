@@ -1,6 +1,5 @@
 //! A connection to PostgreSQL: how it is opened and logged in, and what Weir knows of it.
 
-pub mod health;
 pub mod hosts;
 mod login;
 pub mod welcome;

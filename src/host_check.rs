@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use weir_config::TargetSessionAttrs;
 
-use super::hosts::{HostSet, Role, Session};
-use super::{ScramCredential, ServerTarget};
 use crate::app::App;
 use crate::pool::Pool;
 use crate::registry::now_micros;
+use crate::server::hosts::{HostSet, Role, Session};
+use crate::server::{ScramCredential, ServerTarget};
 
 /// How often the scheduler looks for checks that are due.
 const TICK: Duration = Duration::from_millis(100);
@@ -74,7 +74,7 @@ fn schedule(app: &App) {
     }
     let now = now_micros();
     // Most ticks find nothing due: the pools are only gone through when something is.
-    let sets: Vec<_> = super::hosts::all()
+    let sets: Vec<_> = crate::server::hosts::all()
         .into_iter()
         .filter(|(_, s)| {
             s.needs_checks()
@@ -166,7 +166,12 @@ async fn check(
 /// servers lent when the role changed are closed once they are given back.
 /// prefer-standby keeps them (a primary is its fallback), except in a split entry's pool
 /// of reads, which keeps only servers on standbys within max_replica_lag.
-fn sweep(addr: &super::ServerAddr, session: Session, lag: Option<f64>, pools: &[Arc<Pool>]) {
+fn sweep(
+    addr: &crate::server::ServerAddr,
+    session: Session,
+    lag: Option<f64>,
+    pools: &[Arc<Pool>],
+) {
     for p in pools {
         let settings = p.settings();
         let attrs = settings.target.attrs;
@@ -183,7 +188,9 @@ fn sweep(addr: &super::ServerAddr, session: Session, lag: Option<f64>, pools: &[
                 (Role::Standby, _, _) => continue,
                 _ => format!("host is {} (reads go to standbys)", session.role.as_str()),
             }
-        } else if super::hosts::fits(attrs, session) || attrs == TargetSessionAttrs::PreferStandby {
+        } else if crate::server::hosts::fits(attrs, session)
+            || attrs == TargetSessionAttrs::PreferStandby
+        {
             continue;
         } else {
             format!(
@@ -196,22 +203,22 @@ fn sweep(addr: &super::ServerAddr, session: Session, lag: Option<f64>, pools: &[
     }
 }
 
-fn refused_login(e: &super::ConnectError) -> bool {
+fn refused_login(e: &crate::server::ConnectError) -> bool {
     match e {
-        super::ConnectError::Auth(_) => true,
-        super::ConnectError::Server(pg) => pg.code.starts_with("28"),
+        crate::server::ConnectError::Auth(_) => true,
+        crate::server::ConnectError::Server(pg) => pg.code.starts_with("28"),
         _ => false,
     }
 }
 
 async fn probe(
     target: &ServerTarget,
-    addr: &super::ServerAddr,
+    addr: &crate::server::ServerAddr,
     scram: Option<ScramCredential>,
     timeout: Duration,
-) -> Result<(Session, Option<f64>), super::ConnectError> {
+) -> Result<(Session, Option<f64>), crate::server::ConnectError> {
     let started = std::time::Instant::now();
-    let mut conn = super::login::connect_one(target, addr, timeout, scram).await?;
+    let mut conn = crate::server::connect_one(target, addr, timeout, scram).await?;
     let left = timeout
         .saturating_sub(started.elapsed())
         .max(Duration::from_millis(1));
@@ -219,9 +226,9 @@ async fn probe(
     let asked = conn.query_rows(CHECK_SQL, left, Some(&mut rows)).await;
     tokio::spawn(conn.terminate());
     asked?;
-    let row = rows
-        .first()
-        .ok_or(super::ConnectError::Protocol("no row from the host check"))?;
+    let row = rows.first().ok_or(crate::server::ConnectError::Protocol(
+        "no row from the host check",
+    ))?;
     let standby = row.first().cloned().flatten().as_deref() == Some("true");
     let lag = row
         .get(1)
