@@ -65,7 +65,6 @@ const MAX_LINES: usize = 800;
 const NOT_YET: &[(&str, &str)] = &[
     ("client", "admin"),
     ("client", "takeover"),
-    ("server", "pool"),
     ("split", "pool"),
 ];
 

@@ -29,11 +29,12 @@ use crate::server::{self, ScramCredential, ServerConn, ServerTarget};
 /// Boxed so that a lease, a grant and an idle slot move a pointer, and the futures that
 /// hold a lease stay small.
 pub type Conn = Box<ServerConn>;
+use crate::server::passenger::Grant;
 use crate::stats::Counters;
 pub use ahead::Ahead;
 pub use lease::Lease;
 pub use limit::{Limit, Limits};
-pub use pipeline::{Passenger, PipelineSettings};
+pub use pipeline::PipelineSettings;
 pub use weir_config::PoolMode;
 
 /// How a pool behaves; replaced whole on reload.
@@ -61,19 +62,6 @@ pub struct PoolSettings {
     pub split: Option<Arc<crate::split::Entry>>,
     /// Pipelined transaction pooling (see pipeline); depth 0 in session mode.
     pub pipeline: PipelineSettings,
-}
-
-enum Grant {
-    /// A server; its `sent_ahead` says how much of the waiter's request went to it.
-    Server(Conn),
-    /// A slot is yours: open a new connection in it.
-    Connect,
-    /// Your request was sent to a server behind another's (pipeline), and the server was
-    /// lost before it reached you.
-    Lost,
-    /// PostgreSQL turned the pool's login away (retry::turns_away): the logins a longer
-    /// wait would bring are refused as well.
-    Refused(PgError),
 }
 
 /// What a client is told when its server went away while running its request: if that

@@ -21,49 +21,13 @@
 //! (`Passenger`'s drop): each is told what a client whose server died under its request
 //! is told, and never has it run again (it may have run).
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
-use super::{Grant, Pool};
+use super::Pool;
+use crate::server::passenger::Passenger;
 use crate::server::ServerConn;
-
-/// A waiting client whose request went to a server behind another's.
-pub struct Passenger {
-    tx: Option<oneshot::Sender<Grant>>,
-    /// Bytes of its request written.
-    pub(super) sent: usize,
-    /// All of them: another request may go behind it.
-    pub(super) whole: bool,
-    /// The pool's count of passengers, this one in it until dropped.
-    aboard: Arc<AtomicUsize>,
-}
-
-impl Passenger {
-    /// Hands `conn` over; gives it back if the client has gone.
-    pub(super) fn hand(mut self, conn: super::Conn) -> Result<(), super::Conn> {
-        let Some(tx) = self.tx.take() else {
-            return Err(conn);
-        };
-        match tx.send(Grant::Server(conn)) {
-            Ok(()) => Ok(()),
-            Err(Grant::Server(c)) => Err(c),
-            // Only a server is sent here.
-            Err(_) => Ok(()),
-        }
-    }
-}
-
-impl Drop for Passenger {
-    fn drop(&mut self) {
-        self.aboard.fetch_sub(1, Ordering::Relaxed);
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(Grant::Lost);
-        }
-    }
-}
 
 /// A waiting client asked to cancel its request, which has gone to a busy server already:
 /// until it has that server (and sends the cancel on), nothing more is sent behind a
@@ -139,13 +103,8 @@ impl Pool {
                     break;
                 };
                 let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == sent);
-                self.aboard.fetch_add(1, Ordering::Relaxed);
-                conn.passengers.push_back(Passenger {
-                    tx: Some(w.tx),
-                    sent,
-                    whole,
-                    aboard: self.aboard.clone(),
-                });
+                conn.passengers
+                    .push_back(Passenger::new(w.tx, sent, whole, self.aboard.clone()));
                 boarded += 1;
                 if !whole {
                     break;

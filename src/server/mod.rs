@@ -2,6 +2,7 @@
 
 pub mod hosts;
 mod login;
+pub mod passenger;
 pub mod welcome;
 
 use std::fmt;
@@ -58,7 +59,7 @@ pub struct ServerConn {
     pub gucs: Option<Arc<Gucs>>,
     /// Clients whose requests were written behind the running one (pool::pipeline), in
     /// order: the first gets the server at the holder's last ReadyForQuery.
-    pub passengers: std::collections::VecDeque<crate::pool::Passenger>,
+    pub passengers: std::collections::VecDeque<passenger::Passenger>,
     /// What the holder read past its last ReadyForQuery: the start of the first
     /// passenger's answer, which it relays first.
     pub carry: bytes::Bytes,
