@@ -12,28 +12,16 @@ fn with_tls(pg: &PgServer, certs: &Certs, mode: &str) -> WeirBuilder {
         .set("client_tls_key_file", certs.p("server.key"))
 }
 
-/// psql with a connection string; Ok(stdout) or Err(stderr).
-fn psql(weir: &Weir, conninfo: &str, sql: &str) -> Result<String, String> {
-    psql_at(
-        "127.0.0.1",
-        weir.port(),
-        &format!("dbname=postgres {conninfo}"),
-        "postgres",
-        None,
-        sql,
-    )
-}
-
 #[test]
 fn require_takes_tls_clients_and_refuses_plain_ones() {
     let pg = PgServer::start();
     let certs = Certs::new();
     let weir = with_tls(&pg, &certs, "require").start();
     assert_eq!(
-        psql(&weir, "sslmode=require", "select 1").as_deref(),
+        psql_conninfo(&weir, "sslmode=require", "select 1").as_deref(),
         Ok("1")
     );
-    let e = psql(&weir, "sslmode=disable", "select 1").expect_err("plain client accepted");
+    let e = psql_conninfo(&weir, "sslmode=disable", "select 1").expect_err("plain client accepted");
     assert!(e.contains("SSL required"), "{e}");
     // The Unix socket needs no TLS, as with PgBouncer.
     let sock = weir.dir().display().to_string();
@@ -46,7 +34,7 @@ fn require_takes_tls_clients_and_refuses_plain_ones() {
         "sslmode=verify-full sslrootcert={} host=localhost",
         certs.p("ca.crt")
     );
-    assert_eq!(psql(&weir, &full, "select 3").as_deref(), Ok("3"));
+    assert_eq!(psql_conninfo(&weir, &full, "select 3").as_deref(), Ok("3"));
 }
 
 /// Large results and COPY both ways through TLS: records that do not fit the socket at
@@ -59,13 +47,13 @@ fn large_results_and_copy_over_tls() {
     let weir = with_tls(&pg, &certs, "require")
         .set("pool_mode", "transaction")
         .start();
-    let sum = psql(
+    let sum = psql_conninfo(
         &weir,
         "sslmode=require",
         "select sum(length(repeat('x', g))) from generate_series(1, 3000) g",
     );
     assert_eq!(sum.as_deref(), Ok("4501500"));
-    let rows = psql(
+    let rows = psql_conninfo(
         &weir,
         "sslmode=require",
         "select count(*) from (select repeat('y', 1000) from generate_series(1, 20000)) s",
@@ -85,10 +73,10 @@ fn large_results_and_copy_over_tls() {
     );
     assert!(copied.is_ok(), "{copied:?}");
     assert_eq!(
-        psql(&weir, "sslmode=require", "select count(*) from big").as_deref(),
+        psql_conninfo(&weir, "sslmode=require", "select count(*) from big").as_deref(),
         Ok("20000")
     );
-    let out = psql(&weir, "sslmode=require", "copy big to stdout").expect("copy out");
+    let out = psql_conninfo(&weir, "sslmode=require", "copy big to stdout").expect("copy out");
     assert_eq!(out.lines().count(), 20000);
 }
 
@@ -98,11 +86,11 @@ fn prefer_takes_both() {
     let certs = Certs::new();
     let weir = with_tls(&pg, &certs, "prefer").start();
     assert_eq!(
-        psql(&weir, "sslmode=require", "select 1").as_deref(),
+        psql_conninfo(&weir, "sslmode=require", "select 1").as_deref(),
         Ok("1")
     );
     assert_eq!(
-        psql(&weir, "sslmode=disable", "select 1").as_deref(),
+        psql_conninfo(&weir, "sslmode=disable", "select 1").as_deref(),
         Ok("1")
     );
 }
@@ -116,14 +104,18 @@ fn verify_ca_needs_a_client_certificate() {
     let weir = with_tls(&pg, &certs, "verify-ca")
         .set("client_tls_ca_file", certs.p("ca.crt"))
         .start();
-    let e = psql(&weir, "sslmode=require", "select 1").expect_err("no certificate accepted");
+    let e =
+        psql_conninfo(&weir, "sslmode=require", "select 1").expect_err("no certificate accepted");
     assert!(!e.is_empty());
     let with_cert = format!(
         "sslmode=require sslcert={} sslkey={}",
         certs.p("client.crt"),
         certs.p("client.key")
     );
-    assert_eq!(psql(&weir, &with_cert, "select 1").as_deref(), Ok("1"));
+    assert_eq!(
+        psql_conninfo(&weir, &with_cert, "select 1").as_deref(),
+        Ok("1")
+    );
     assert!(
         weir.log().contains("TLS handshake failed"),
         "{}",
@@ -219,7 +211,10 @@ fn reload_takes_new_certificates_without_dropping_clients() {
             c.p("ca.crt")
         )
     };
-    assert_eq!(psql(&weir, &verify(&old), "select 1").as_deref(), Ok("1"));
+    assert_eq!(
+        psql_conninfo(&weir, &verify(&old), "select 1").as_deref(),
+        Ok("1")
+    );
     // A long-lived TLS client: psql reading its queries from a pipe.
     let mut held = clean_command("psql")
         .args(["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-p"])
@@ -243,7 +238,7 @@ fn reload_takes_new_certificates_without_dropping_clients() {
     install(&new);
     weir.reload_with(builder);
     assert!(
-        eventually(std::time::Duration::from_secs(10), || psql(
+        eventually(std::time::Duration::from_secs(10), || psql_conninfo(
             &weir,
             &verify(&new),
             "select 1"
@@ -252,7 +247,7 @@ fn reload_takes_new_certificates_without_dropping_clients() {
         "the new certificate is not served: {}",
         weir.log_tail()
     );
-    let e = psql(&weir, &verify(&old), "select 1").expect_err("old CA still accepted");
+    let e = psql_conninfo(&weir, &verify(&old), "select 1").expect_err("old CA still accepted");
     assert!(e.contains("certificate verify failed"), "{e}");
     assert_eq!(ask("select 'after';"), "after");
     drop(to);

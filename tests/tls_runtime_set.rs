@@ -9,18 +9,6 @@ use common::console::*;
 use common::tls::Certs;
 use common::*;
 
-/// psql over TCP with a connection string; Ok(stdout) or Err(stderr).
-fn psql(weir: &Weir, conninfo: &str, sql: &str) -> Result<String, String> {
-    psql_at(
-        "127.0.0.1",
-        weir.port(),
-        &format!("dbname=postgres {conninfo}"),
-        "postgres",
-        None,
-        sql,
-    )
-}
-
 /// The console over the Unix socket, which needs no TLS whatever the mode.
 fn console_unix(weir: &Weir, sql: &str) -> Result<String, String> {
     let sock = weir.dir().display().to_string();
@@ -44,7 +32,8 @@ fn verify_full(certs: &Certs) -> String {
 }
 
 fn assert_plain_refused(weir: &Weir) {
-    let e = psql(weir, "sslmode=disable", "select 1").expect_err("plaintext client admitted");
+    let e =
+        psql_conninfo(weir, "sslmode=disable", "select 1").expect_err("plaintext client admitted");
     assert!(e.contains("SSL required"), "{e}");
 }
 
@@ -90,11 +79,12 @@ fn require_is_refused_when_the_files_cannot_be_used() {
         assert_tls_set_refused(&mut c, "SET client_tls_sslmode = require");
         assert_eq!(config_value(&mut c, "client_tls_sslmode"), "disable");
         assert_eq!(
-            psql(&weir, "sslmode=disable", "select 1").as_deref(),
+            psql_conninfo(&weir, "sslmode=disable", "select 1").as_deref(),
             Ok("1"),
             "{cert}/{key}"
         );
-        let e = psql(&weir, "sslmode=require", "select 1").expect_err("TLS without a certificate");
+        let e = psql_conninfo(&weir, "sslmode=require", "select 1")
+            .expect_err("TLS without a certificate");
         assert!(e.contains("does not support SSL"), "{e}");
     }
 }
@@ -125,7 +115,7 @@ fn under_require_a_set_that_cannot_be_used_keeps_the_certificate_in_force() {
     assert_eq!(config_value(&mut c, "client_tls_sslmode"), "require");
     assert_plain_refused(&weir);
     assert_eq!(
-        psql(&weir, &verify_full(&certs), "select 1").as_deref(),
+        psql_conninfo(&weir, &verify_full(&certs), "select 1").as_deref(),
         Ok("1")
     );
 
@@ -147,7 +137,7 @@ fn under_require_a_set_that_cannot_be_used_keeps_the_certificate_in_force() {
         );
         assert_plain_refused(&weir);
         assert_eq!(
-            psql(&weir, &verify_full(&certs), "select 1").as_deref(),
+            psql_conninfo(&weir, &verify_full(&certs), "select 1").as_deref(),
             Ok("1"),
             "{sql}"
         );
@@ -179,10 +169,10 @@ fn under_require_a_set_that_cannot_be_used_keeps_the_certificate_in_force() {
         next.p("server.crt")
     );
     assert_eq!(
-        psql(&weir, &verify_full(&next), "select 1").as_deref(),
+        psql_conninfo(&weir, &verify_full(&next), "select 1").as_deref(),
         Ok("1")
     );
-    assert!(psql(&weir, &verify_full(&certs), "select 1").is_err());
+    assert!(psql_conninfo(&weir, &verify_full(&certs), "select 1").is_err());
     assert_plain_refused(&weir);
 }
 
@@ -215,7 +205,7 @@ fn a_bad_file_on_disk_under_require_neither_reload_nor_set_turns_tls_off() {
         .start();
     assert_plain_refused(&weir);
     assert_eq!(
-        psql(&weir, &verify_full(&certs), "select 1").as_deref(),
+        psql_conninfo(&weir, &verify_full(&certs), "select 1").as_deref(),
         Ok("1")
     );
     std::fs::copy(certs.path("v1.crt"), live.path().join("server.crt")).expect("copy");
@@ -232,7 +222,7 @@ fn a_bad_file_on_disk_under_require_neither_reload_nor_set_turns_tls_off() {
     assert!(e.contains("RELOAD failed"), "{e}");
     assert_plain_refused(&weir);
     assert_eq!(
-        psql(&weir, &verify_full(&certs), "select 1").as_deref(),
+        psql_conninfo(&weir, &verify_full(&certs), "select 1").as_deref(),
         Ok("1")
     );
 
@@ -242,7 +232,7 @@ fn a_bad_file_on_disk_under_require_neither_reload_nor_set_turns_tls_off() {
     assert!(cfg.contains("client_tls_sslmode|require|"), "{cfg}");
     assert_plain_refused(&weir);
     assert_eq!(
-        psql(&weir, &verify_full(&certs), "select 1").as_deref(),
+        psql_conninfo(&weir, &verify_full(&certs), "select 1").as_deref(),
         Ok("1")
     );
 }
@@ -264,7 +254,7 @@ fn server_side_require_with_a_bad_ca_file_is_refused() {
         assert_eq!(config_value(&mut c, "server_tls_sslmode"), "disable");
     }
     assert_eq!(
-        psql(&weir, "sslmode=disable", "select 1").as_deref(),
+        psql_conninfo(&weir, "sslmode=disable", "select 1").as_deref(),
         Ok("1")
     );
 }

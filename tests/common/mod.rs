@@ -269,6 +269,19 @@ pub fn psql_via(weir: &Weir, db: &str, user: &str, sql: &str) -> Result<String, 
     psql_at("127.0.0.1", weir.port(), db, user, None, sql)
 }
 
+/// `psql` through Weir to database `postgres` as `postgres`, with more of a connection
+/// string (`sslmode=...`); Ok(stdout) or Err(stderr).
+pub fn psql_conninfo(weir: &Weir, conninfo: &str, sql: &str) -> Result<String, String> {
+    psql_at(
+        "127.0.0.1",
+        weir.port(),
+        &format!("dbname=postgres {conninfo}"),
+        "postgres",
+        None,
+        sql,
+    )
+}
+
 // ---------------------------------------------------------------------------
 // tokio-postgres
 
