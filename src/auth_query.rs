@@ -19,9 +19,21 @@ pub struct LookupSource {
     pub database: String,
 }
 
+/// Where to look `user` up for a login to `database`. For a database that is not
+/// configured only a global auth_dbname names one to run the query in (the client's own
+/// would be it, and there is none): None then, and the login goes on as for an unknown
+/// user, so that a wrong password fails as it would for a database that exists.
 pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     let g = &snap.config.general;
-    let (db, _) = snap.resolve_database(database)?;
+    let Some((db, _)) = snap.resolve_database(database) else {
+        let database = g.auth_dbname.clone()?;
+        snap.resolve_database(&database)?;
+        return Some(LookupSource {
+            auth_user: g.auth_user.clone()?,
+            query: g.auth_query.clone(),
+            database,
+        });
+    };
     let auth_user = db.auth_user.clone().or_else(|| g.auth_user.clone())?;
     Some(LookupSource {
         auth_user,
@@ -34,21 +46,6 @@ pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
             .clone()
             .or_else(|| g.auth_dbname.clone())
             .unwrap_or_else(|| database.to_owned()),
-    })
-}
-
-/// Where to look a user up for a database that is not configured: only a global
-/// auth_dbname names a database to run the query in (without one, the client's database
-/// would be it, and there is none). None means the login goes on as for an unknown user,
-/// and a wrong password fails as it would for a database that exists.
-pub fn source_without_database(snap: &Snapshot) -> Option<LookupSource> {
-    let g = &snap.config.general;
-    let database = g.auth_dbname.clone()?;
-    snap.resolve_database(&database)?;
-    Some(LookupSource {
-        auth_user: g.auth_user.clone()?,
-        query: g.auth_query.clone(),
-        database,
     })
 }
 

@@ -372,11 +372,7 @@ pub async fn login(
     // trust still looks the user up: an unknown one is refused, as PgBouncer does.
     let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
     if snap.secret(&user).is_none() && needs_secret {
-        let src = match known_database {
-            true => crate::auth_query::source(&snap, &database),
-            false => crate::auth_query::source_without_database(&snap),
-        };
-        if let Some(src) = src {
+        if let Some(src) = crate::auth_query::source(&snap, &database) {
             looked_up = Box::pin(crate::auth_query::lookup(app, &snap, &src, &user))
                 .await
                 .map_err(refuse)?;

@@ -5,11 +5,10 @@
 //! request can reach PostgreSQL just after that request ended, and cancel this one. When
 //! the request is one plain implicit transaction (sql::pipeline: a simple Query of one
 //! statement, or an extended batch to its Sync), a 57014 means it was rolled back whole
-//! and left no effect: if this client sent no
-//! cancel and has been given nothing of the answer, the error and its ReadyForQuery are
-//! swallowed and the request goes again, as if the client had sent it a second time: on
-//! the same server, or, with other clients' requests behind it there, on the client's
-//! next one once the server has gone to them.
+//! and left no effect: if this client sent no cancel and has been given nothing of the
+//! answer, the error and its ReadyForQuery are swallowed and the request goes again, as
+//! if the client had sent it a second time: on the same server, or, with other clients'
+//! requests behind it there, on the client's next one once the server has gone to them.
 //! The client never sees the other's cancel.
 
 use bytes::Bytes;
