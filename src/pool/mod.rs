@@ -886,6 +886,12 @@ impl Pool {
     }
 }
 
+impl crate::split::Upstream for Pool {
+    fn login(&self) -> (ServerTarget, Option<ScramCredential>) {
+        (self.settings().target.clone(), self.scram_keys())
+    }
+}
+
 /// Which idle server to lend: the oldest in round-robin mode, else the most recently used
 /// (LIFO, PgBouncer's default) among those registered with this worker's runtime, looking
 /// a few places back before settling for one registered elsewhere.

@@ -144,7 +144,7 @@ impl Watch {
 /// The watcher of one database entry: rounds of samples while clients ask for them.
 /// The hosts and the login are read from `pool` at every round, so that a reload that
 /// changes them is followed.
-pub async fn run(watch: Arc<super::Entry>, pool: std::sync::Weak<crate::pool::Pool>) {
+pub async fn run(watch: Arc<super::Entry>, pool: std::sync::Weak<dyn super::Upstream>) {
     let w = &watch.lsn;
     let mut conns: HashMap<ServerAddr, ServerConn> = HashMap::new();
     loop {
@@ -159,8 +159,7 @@ pub async fn run(watch: Arc<super::Entry>, pool: std::sync::Weak<crate::pool::Po
             w.running.store(false, Ordering::Release);
             break;
         };
-        let (target, scram): (ServerTarget, Option<ScramCredential>) =
-            (pool.settings().target.clone(), pool.scram_keys());
+        let (target, scram): (ServerTarget, Option<ScramCredential>) = pool.login();
         drop(pool);
         let epoch = w.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let gone = |a: &ServerAddr| !target.hosts.hosts.iter().any(|h| &h.addr == a);

@@ -14,14 +14,23 @@ pub mod verdicts;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 pub use classify::Class;
 
-use crate::pool::Pool;
 use crate::registry::now_micros;
 use crate::server::hosts::{Host, HostSet, Role};
+use crate::server::{ScramCredential, ServerTarget};
+
+/// How to log in to the entry's servers, asked again at each use so that a reload is
+/// followed: the pool that owns the entry answers (it sits above routing, so it is
+/// passed in rather than named).
+pub trait Upstream: Send + Sync {
+    /// Where the servers are and how to log in, with the SCRAM keys a client's login
+    /// left (auth_query and SCRAM pass-through give no password to log in with).
+    fn login(&self) -> (ServerTarget, Option<ScramCredential>);
+}
 
 /// The function list is read again when a read calls functions and it is older than
 /// this (a function created or made VOLATILE since).
@@ -114,7 +123,7 @@ impl Entry {
     /// The class of a request whose verdicts were `class` with `calls`: a read calling a
     /// function not known to be read-only is a write. A function not known asks for the
     /// database's list (again, if it was read long enough ago).
-    pub fn read_or_write(&self, calls: &[Box<str>], pool: &Arc<Pool>) -> Class {
+    pub fn read_or_write<P: Upstream>(&self, calls: &[Box<str>], pool: &Arc<P>) -> Class {
         let at = self.functions_at.load(Ordering::Relaxed);
         if !calls.is_empty()
             && (at == 0 || now_micros().saturating_sub(at) > FUNCTIONS_REFRESH.as_micros() as u64)
@@ -128,13 +137,12 @@ impl Entry {
         }
     }
 
-    fn load_functions(&self, pool: &Arc<Pool>) {
+    fn load_functions<P: Upstream>(&self, pool: &Arc<P>) {
         if self.loading.swap(true, Ordering::AcqRel) {
             return;
         }
         self.functions_at.store(now_micros(), Ordering::Relaxed);
-        let settings = pool.settings();
-        let (target, scram) = (settings.target.clone(), pool.scram_keys());
+        let (target, scram) = pool.login();
         let Some(me) = entries_get(&self.name) else {
             self.loading.store(false, Ordering::Release);
             return;
@@ -157,12 +165,12 @@ impl Entry {
     /// its own write (`pending`, cleared once every standby has it); counted in `routed`.
     /// Only reads go to a standby: a request of SET, RESET, DISCARD and the like alone
     /// goes to the primary (SET SESSION AUTHORIZATION pins the client where it runs).
-    pub fn route(
+    pub fn route<P: Upstream + 'static>(
         self: &Arc<Self>,
         class: Class,
         set: &HostSet,
         pending: &mut Option<lsn::Pending>,
-        pool: &Arc<Pool>,
+        pool: &Arc<P>,
     ) -> Route {
         let route = match class {
             Class::Read => self.read_route(set, pending, pool),
@@ -177,11 +185,11 @@ impl Entry {
         route
     }
 
-    fn read_route(
+    fn read_route<P: Upstream + 'static>(
         self: &Arc<Self>,
         set: &HostSet,
         pending: &mut Option<lsn::Pending>,
-        pool: &Arc<Pool>,
+        pool: &Arc<P>,
     ) -> Route {
         let fit = || set.hosts.iter().filter(|h| self.fit_for_reads(h));
         if fit().next().is_none() {
@@ -192,7 +200,8 @@ impl Entry {
         };
         let known = set.hosts.iter().filter(|h| h.role() == Role::Standby);
         let start = || {
-            tokio::spawn(lsn::run(self.clone(), Arc::downgrade(pool)));
+            let upstream: Weak<dyn Upstream> = Arc::downgrade(pool) as Weak<P>;
+            tokio::spawn(lsn::run(self.clone(), upstream));
         };
         match self
             .lsn
