@@ -117,7 +117,12 @@ pub fn run() -> ExitCode {
             }
         },
     };
-    let offer = takeover::Offer::new(&listeners, http.as_ref(), metrics_http::resume);
+    let offer = takeover::Offer::new(
+        &listeners,
+        http.as_ref(),
+        metrics_http::resume,
+        admin::console,
+    );
     if args.daemon {
         if let Err(e) = cli::daemonize() {
             eprintln!("weir: cannot daemonize: {e}");
@@ -276,7 +281,7 @@ async fn serve(
             for l in listeners {
                 match l.into_tokio() {
                     Ok(l) => {
-                        tokio::spawn(listener::run(app.clone(), l));
+                        tokio::spawn(listener::run(app.clone(), admin::console, l));
                     }
                     Err(e) => tracing::error!("worker {i} cannot listen: {e}"),
                 }

@@ -294,7 +294,7 @@ pub fn from_systemd(workers: usize) -> Result<Option<Vec<Vec<StdListener>>>, Str
 }
 
 /// Accepts until shutdown; each client gets its own task.
-pub async fn run(app: Arc<App>, listener: Listener) {
+pub async fn run(app: Arc<App>, console: crate::client::Console, listener: Listener) {
     // A socket bound to one address has that address as every connection's local end, so
     // only a wildcard bind needs getsockname per connection.
     let stop = stop_token();
@@ -317,7 +317,13 @@ pub async fn run(app: Arc<App>, listener: Listener) {
         match accepted {
             Ok((stream, peer)) => {
                 let local = bound_to.clone().unwrap_or_else(|| stream.local());
-                tokio::spawn(crate::client::serve(app.clone(), stream, peer, local));
+                tokio::spawn(crate::client::serve(
+                    app.clone(),
+                    console,
+                    stream,
+                    peer,
+                    local,
+                ));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.

@@ -112,7 +112,19 @@ struct Console {
 
 /// Serves one console session until the client leaves.
 /// `peer` and `local` are the connection's ends as the listener accepted it.
-pub async fn serve(
+/// `serve` as the client session takes it (client::Console): boxed, so that the
+/// console's state does not size every client's login.
+pub fn console(
+    app: Arc<App>,
+    stream: Stream,
+    inbuf: BytesMut,
+    login: AdminLogin,
+    ends: (Endpoint, Endpoint),
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(serve(app, stream, inbuf, login, ends))
+}
+
+async fn serve(
     app: Arc<App>,
     mut stream: Stream,
     mut inbuf: BytesMut,

@@ -298,9 +298,25 @@ impl Drop for PoolMember {
     }
 }
 
-pub async fn serve(app: Arc<App>, stream: Stream, peer: Endpoint, local: Endpoint) {
+/// Serves an admin console session to its end. The console sits above the client
+/// session, so the process passes it in (`admin::console`, through listener::run).
+pub type Console = fn(
+    Arc<App>,
+    Stream,
+    BytesMut,
+    login::AdminLogin,
+    (Endpoint, Endpoint),
+) -> Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+pub async fn serve(
+    app: Arc<App>,
+    console: Console,
+    stream: Stream,
+    peer: Endpoint,
+    local: Endpoint,
+) {
     // Boxed: logging in is large and short-lived; it must not size every client's task.
-    let Some(session) = Box::pin(start(&app, stream, peer, local)).await else {
+    let Some(session) = Box::pin(start(&app, console, stream, peer, local)).await else {
         return;
     };
     // The session is boxed from the start, so that parking it moves a pointer.
@@ -311,7 +327,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: Endpoint, local: Endpoin
 async fn run_session(mut session: Box<Session>, mut resumed: bool) {
     while session.main(resumed).await {
         if crate::registry::handover::moving() {
-            match crate::takeover::hand(session) {
+            match moved::hand(session) {
                 Ok(()) => return,
                 Err(s) => session = s,
             }
@@ -330,6 +346,7 @@ async fn run_session(mut session: Box<Session>, mut resumed: bool) {
 /// request, gone, or an admin console session, served to its end).
 async fn start(
     app: &Arc<App>,
+    console: Console,
     mut stream: Stream,
     peer: Endpoint,
     local: Endpoint,
@@ -351,15 +368,8 @@ async fn start(
     let client = match outcome {
         Ok(Outcome::LoggedIn(c)) => c,
         Ok(Outcome::Admin(admin)) => {
-            // Boxed: the console's state must not size every client's login.
-            Box::pin(crate::admin::serve(
-                app.clone(),
-                stream,
-                inbuf,
-                admin,
-                (peer, local),
-            ))
-            .await;
+            // Boxed (by `console`): its state must not size every client's login.
+            console(app.clone(), stream, inbuf, admin, (peer, local)).await;
             return None;
         }
         Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,

@@ -18,6 +18,7 @@ use crate::app::App;
 use crate::params::ParamSet;
 use crate::pool::{Lease, PoolMode};
 use crate::registry::clients::ClientHandle;
+use crate::registry::handover;
 use crate::registry::servers::ServerHandle;
 use crate::server::{BackendKey, ServerAddr, ServerConn};
 use crate::stream::{Endpoint, StdSocket, Stream};
@@ -131,6 +132,34 @@ impl Session {
 /// Weir's names (their numbering is the old process's own).
 fn server_movable(server: &Lease) -> bool {
     !server.stream.is_tls() && server.sent_ahead == 0 && server.statements.len() == 0
+}
+
+/// Sends an idle session to the new process of an online restart (the session ends
+/// here; its client does not notice). Err gives back a session that cannot move, or all
+/// of them once the new process is gone.
+pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
+    if !session.movable() {
+        return Err(session);
+    }
+    let Some(tx) = handover::outbox_sender() else {
+        return Err(session);
+    };
+    // Counted before the session (and its place in the client count) goes.
+    let in_flight = handover::InFlight::new();
+    // A movable session that cannot be written out would be asked again at once: the
+    // move stops instead, and the clients left finish here.
+    let (text, fds) = pack(session).inspect_err(|_| {
+        tracing::error!("online restart: a client could not be moved; the rest stay here");
+        handover::stop_moving();
+    })?;
+    if tx
+        .send(handover::Parcel::new(text, fds, in_flight))
+        .is_err()
+    {
+        tracing::error!("online restart: a client was lost on its way to the new process");
+        handover::stop_moving();
+    }
+    Ok(())
 }
 
 /// Writes out an idle session and takes its socket (and its server's, in session mode);

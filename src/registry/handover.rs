@@ -1,10 +1,11 @@
 //! Where an online restart stands (takeover): whether idle clients are being handed to a
 //! new process, whether the sockets were given away, and the way to the previous process
-//! for cancel requests. Written by takeover, read by the layers below it (the client's
-//! relay, the pool's janitor, listeners, cancel forwarding), so kept here, process-wide
-//! as the restart itself is.
+//! for cancel requests, and the channel idle clients leave by. Written by takeover, read
+//! by the layers below it (the client's relay, the pool's janitor, listeners, cancel
+//! forwarding), so kept here, process-wide as the restart itself is.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Mutex;
 
@@ -17,6 +18,76 @@ static HANDED_OVER: AtomicBool = AtomicBool::new(false);
 /// The new process: cancel keys for the old one.
 static TO_PREDECESSOR: Mutex<Option<mpsc::Sender<BackendKey>>> = Mutex::new(None);
 
+/// The old process: clients on their way to the new one (client::moved writes them,
+/// takeover sends them).
+static OUTBOX: Mutex<Option<mpsc::Sender<Parcel>>> = Mutex::new(None);
+/// Clients written out but not yet sent: no longer counted among the old process's
+/// clients (their sessions are gone), yet it must not exit before they are on the
+/// channel, or they would be closed with it.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One client on its way to the new process.
+pub struct Parcel {
+    pub text: Vec<u8>,
+    /// The client's socket, and its server's when one moves with it.
+    pub fds: Vec<OwnedFd>,
+    _in_flight: InFlight,
+}
+
+impl Parcel {
+    pub fn new(text: Vec<u8>, fds: Vec<OwnedFd>, in_flight: InFlight) -> Parcel {
+        Parcel {
+            text,
+            fds,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+/// Counts a client in IN_FLIGHT from before its session goes until its parcel is sent.
+pub struct InFlight(());
+
+impl InFlight {
+    pub fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Clients on their way to the new process (see IN_FLIGHT).
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::SeqCst)
+}
+
+fn outbox() -> std::sync::MutexGuard<'static, Option<mpsc::Sender<Parcel>>> {
+    OUTBOX.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The old process starts moving its idle clients; they arrive on the receiver.
+pub fn start_moving() -> mpsc::Receiver<Parcel> {
+    let (tx, rx) = mpsc::channel();
+    *outbox() = Some(tx);
+    set_moving(true);
+    rx
+}
+
+/// Stops moving clients: those left stay here until they leave.
+pub fn stop_moving() {
+    set_moving(false);
+    outbox().take();
+}
+
+/// Where a client that moves goes; None once moving has stopped.
+pub fn outbox_sender() -> Option<mpsc::Sender<Parcel>> {
+    outbox().clone()
+}
+
 fn to_predecessor() -> std::sync::MutexGuard<'static, Option<mpsc::Sender<BackendKey>>> {
     TO_PREDECESSOR.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -26,7 +97,7 @@ pub fn moving() -> bool {
     MOVING.load(Ordering::Relaxed)
 }
 
-pub fn set_moving(on: bool) {
+fn set_moving(on: bool) {
     MOVING.store(on, Ordering::SeqCst);
 }
 

@@ -29,7 +29,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -37,12 +37,11 @@ use serde::{Deserialize, Serialize};
 use weir_config::General;
 
 use crate::app::App;
-use crate::client::Session;
 use crate::listener::StdListener;
 use crate::server::BackendKey;
 
 use crate::registry::handover;
-pub use crate::registry::handover::{handed_over, predecessor_running};
+pub use crate::registry::handover::{handed_over, in_flight, predecessor_running};
 
 const HELLO: u8 = b'H';
 const LISTENER: u8 = b'L';
@@ -53,8 +52,6 @@ const CANCEL: u8 = b'K';
 /// Both processes must speak the same version of the channel (and of client::moved).
 const VERSION: u32 = 1;
 
-/// The old process: clients on their way to the new one.
-static OUTBOX: Mutex<Option<mpsc::Sender<Parcel>>> = Mutex::new(None);
 /// The new process went away after taking over: this one accepts again (`resume`).
 static SUCCESSOR_LOST: AtomicBool = AtomicBool::new(false);
 /// The old process's main loop, winding down, waits on this to carry on instead.
@@ -67,38 +64,6 @@ pub async fn resumed() {
 
 /// The old process's main loop waits on this to start winding down.
 static TAKEN_OVER: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
-
-struct Parcel {
-    text: Vec<u8>,
-    /// The client's socket, and its server's when one moves with it.
-    fds: Vec<OwnedFd>,
-    _in_flight: InFlight,
-}
-
-/// Clients written out but not yet sent: no longer counted among the old process's
-/// clients (their sessions are gone), yet it must not exit before they are on the
-/// channel, or they would be closed with it.
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
-struct InFlight;
-
-impl InFlight {
-    fn new() -> InFlight {
-        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-        InFlight
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Clients on their way to the new process (see IN_FLIGHT).
-pub fn in_flight() -> usize {
-    IN_FLIGHT.load(Ordering::SeqCst)
-}
 
 #[derive(Serialize, Deserialize)]
 struct Hello {
@@ -148,6 +113,8 @@ pub struct Offer {
     /// Serves `http_listen` again on its socket should the successor die (given by the
     /// caller: the HTTP endpoint sits above this layer).
     resume_http: fn(std::net::TcpListener),
+    /// The admin console, for clients accepted again (see client::Console).
+    console: crate::client::Console,
 }
 
 impl Offer {
@@ -155,6 +122,7 @@ impl Offer {
         per_worker: &[Vec<StdListener>],
         http: Option<&std::net::TcpListener>,
         resume_http: fn(std::net::TcpListener),
+        console: crate::client::Console,
     ) -> Offer {
         let mut sockets = Vec::new();
         let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned();
@@ -186,6 +154,7 @@ impl Offer {
         Offer {
             sockets,
             resume_http,
+            console,
         }
     }
 }
@@ -309,9 +278,7 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
     let reader = conn.try_clone()?;
     SUCCESSOR_LOST.store(false, Ordering::SeqCst);
     handover::set_handed_over(true);
-    let (tx, rx) = mpsc::channel();
-    *lock(&OUTBOX) = Some(tx);
-    handover::set_moving(true);
+    let rx = handover::start_moving();
     crate::listener::stop_accepting();
     TAKEN_OVER.notify_one();
     tracing::info!(
@@ -330,7 +297,7 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
                 let fds: Vec<_> = p.fds.iter().map(AsFd::as_fd).collect();
                 if let Err(e) = wire::send(&conn, CLIENT, &p.text, &fds) {
                     tracing::error!("online restart: the new process stopped taking clients: {e}");
-                    abort();
+                    handover::stop_moving();
                     return Ok(false);
                 }
             }
@@ -351,7 +318,7 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
 /// The new process died after taking over: this one accepts again on the sockets it
 /// had offered, and its main loop carries on as before the restart.
 fn resume(app: &Arc<App>, offer: &Offer) {
-    abort();
+    handover::stop_moving();
     crate::listener::resume_accepting();
     handover::set_handed_over(false);
     let workers = crate::workers::count().max(1);
@@ -374,10 +341,10 @@ fn resume(app: &Arc<App>, offer: &Offer) {
                 continue;
             }
         };
-        let app = app.clone();
+        let (app, console) = (app.clone(), offer.console);
         crate::workers::spawn_on(desc.worker % workers, async move {
             match listener.into_tokio() {
-                Ok(l) => crate::listener::run(app, l).await,
+                Ok(l) => crate::listener::run(app, console, l).await,
                 Err(e) => tracing::error!("online restart: cannot accept again: {e}"),
             }
         });
@@ -395,48 +362,12 @@ fn resume(app: &Arc<App>, offer: &Offer) {
 /// Hands over every parked client.
 fn sweep() {
     for session in crate::client::park::take_all() {
-        if let Err(s) = hand(session) {
+        if let Err(s) = crate::client::moved::hand(session) {
             if crate::client::park::park(s).is_err() {
                 tracing::warn!("online restart: a parked client could not be kept");
             }
         }
     }
-}
-
-/// Stops moving clients: those left stay here until they leave.
-fn abort() {
-    handover::set_moving(false);
-    lock(&OUTBOX).take();
-}
-
-/// Sends an idle session to the new process (the session ends here; its client does
-/// not notice). Err gives back a session that cannot move, or all of them once the new
-/// process is gone.
-pub fn hand(session: Box<Session>) -> Result<(), Box<Session>> {
-    if !session.movable() {
-        return Err(session);
-    }
-    let Some(tx) = lock(&OUTBOX).clone() else {
-        return Err(session);
-    };
-    // Counted before the session (and its place in the client count) goes.
-    let in_flight = InFlight::new();
-    // A movable session that cannot be written out would be asked again at once: the
-    // move stops instead, and the clients left finish here.
-    let (text, fds) = crate::client::moved::pack(session).inspect_err(|_| {
-        tracing::error!("online restart: a client could not be moved; the rest stay here");
-        abort();
-    })?;
-    let parcel = Parcel {
-        text,
-        fds,
-        _in_flight: in_flight,
-    };
-    if tx.send(parcel).is_err() {
-        tracing::error!("online restart: a client was lost on its way to the new process");
-        abort();
-    }
-    Ok(())
 }
 
 fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
@@ -469,7 +400,7 @@ fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
                     );
                     // Before the channel closes: the sending loop tells the two apart.
                     SUCCESSOR_LOST.store(true, Ordering::SeqCst);
-                    abort();
+                    handover::stop_moving();
                 }
                 return;
             }
