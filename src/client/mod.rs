@@ -1,6 +1,8 @@
 //! One task per client: log it in, then lend it a server whenever it has something to run.
 
 mod auth_method;
+mod checkout;
+mod failure;
 mod listen;
 pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
@@ -11,10 +13,11 @@ mod prepare;
 pub(crate) use prepare::client_wants;
 mod relay;
 mod route;
+mod start;
 mod state;
 mod stray_cancel;
+mod timeouts;
 
-use crate::pool::lost_request;
 use relay::UNSYNCED;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,16 +32,12 @@ use crate::app::App;
 use crate::params::ParamSet;
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::framer::Framer;
-use crate::protocol::messages::{self, quote_literal};
 use crate::protocol::PgError;
-use crate::registry::clients::{
-    CancelTarget, ClientHandle, CANCEL, PARK, WAIT_NOTIFY, WAIT_TIMEOUT,
-};
-use crate::server::welcome::Welcome;
+use crate::registry::clients::{CancelTarget, ClientHandle, PARK};
 use crate::stats::Traffic;
 use crate::stream::{Endpoint, Stream};
-use login::{LoggedIn, Outcome};
 use relay::{Event, Exchange};
+use timeouts::Timeouts;
 
 /// Set once by a safe shutdown (SIGINT, SHUTDOWN WAIT_FOR_SERVERS). Sessions read it at
 /// their own pace; each is woken through its own `stop` notify, so no client polls a
@@ -218,70 +217,6 @@ impl Extras {
     }
 }
 
-/// The client-side timeouts of PgBouncer, in milliseconds, 0 where disabled: every
-/// client carries them for its whole life, so they are kept small.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Timeouts {
-    client_idle: u32,
-    idle_transaction: u32,
-    query: u32,
-    transaction: u32,
-    query_wait_notify: u32,
-}
-
-impl Timeouts {
-    fn from_config(g: &weir_config::General, user: Option<&weir_config::User>) -> Timeouts {
-        // A nonzero timeout never rounds down to "disabled".
-        let ms = |d: Duration| {
-            if d.is_zero() {
-                0
-            } else {
-                d.as_millis().clamp(1, u32::MAX.into()) as u32
-            }
-        };
-        // A per-user value in [users] wins over the global one; 0 disables.
-        let pick = |per_user: fn(&weir_config::User) -> Option<Duration>, global: Duration| {
-            ms(user.and_then(per_user).unwrap_or(global))
-        };
-        Timeouts {
-            client_idle: pick(|u| u.client_idle_timeout, g.client_idle_timeout),
-            idle_transaction: pick(|u| u.idle_transaction_timeout, g.idle_transaction_timeout),
-            query: pick(|u| u.query_timeout, g.query_timeout),
-            transaction: pick(|u| u.transaction_timeout, g.transaction_timeout),
-            query_wait_notify: ms(g.query_wait_notify),
-        }
-    }
-
-    fn get(ms: u32) -> Option<Duration> {
-        (ms != 0).then(|| Duration::from_millis(ms.into()))
-    }
-
-    pub fn client_idle(&self) -> Option<Duration> {
-        Self::get(self.client_idle)
-    }
-
-    pub fn idle_transaction(&self) -> Option<Duration> {
-        Self::get(self.idle_transaction)
-    }
-
-    pub fn query(&self) -> Option<Duration> {
-        Self::get(self.query)
-    }
-
-    pub fn transaction(&self) -> Option<Duration> {
-        Self::get(self.transaction)
-    }
-
-    pub fn query_wait_notify(&self) -> Option<Duration> {
-        Self::get(self.query_wait_notify)
-    }
-
-    /// True when the relay has a deadline to watch at all.
-    pub fn relay_has_any(&self) -> bool {
-        self.idle_transaction != 0 || self.query != 0 || self.transaction != 0
-    }
-}
-
 /// Counts a client in its pool's SHOW POOLS figures for as long as it lives.
 struct PoolMember(Arc<Pool>);
 
@@ -316,7 +251,7 @@ pub async fn serve(
     local: Endpoint,
 ) {
     // Boxed: logging in is large and short-lived; it must not size every client's task.
-    let Some(session) = Box::pin(start(&app, console, stream, peer, local)).await else {
+    let Some(session) = Box::pin(start::start(&app, console, stream, peer, local)).await else {
         return;
     };
     // The session is boxed from the start, so that parking it moves a pointer.
@@ -342,148 +277,7 @@ async fn run_session(mut session: Box<Session>, mut resumed: bool) {
     }
 }
 
-/// Logs the client in and sets up its session; None when it ends here (refused, a cancel
-/// request, gone, or an admin console session, served to its end).
-async fn start(
-    app: &Arc<App>,
-    console: Console,
-    mut stream: Stream,
-    peer: Endpoint,
-    local: Endpoint,
-) -> Option<Session> {
-    let count = ClientCount::new(app);
-    let mut inbuf = BytesMut::new();
-    if matches!(stream.read_arrived(&mut inbuf), Ok(0)) {
-        return None;
-    }
-    let login_timeout = app.snapshot.load().config.general.client_login_timeout;
-    let attempt = login::login(app, &mut stream, &mut inbuf, &peer);
-    let outcome = if login_timeout.is_zero() {
-        attempt.await
-    } else {
-        crate::timers::timeout(login_timeout, attempt)
-            .await
-            .unwrap_or_else(|_| Err(PgError::fatal("08P01", "client_login_timeout").into()))
-    };
-    let client = match outcome {
-        Ok(Outcome::LoggedIn(c)) => c,
-        Ok(Outcome::Admin(admin)) => {
-            // Boxed (by `console`): its state must not size every client's login.
-            console(app.clone(), stream, inbuf, admin, (peer, local)).await;
-            return None;
-        }
-        Ok(Outcome::Cancel) | Ok(Outcome::Gone) => return None,
-        Err(refusal) => {
-            crate::conn_log::refused(
-                refusal.database.as_deref().unwrap_or("(nodb)"),
-                refusal.user.as_deref().unwrap_or("(nouser)"),
-                &peer,
-                &refusal.error.message,
-            );
-            Box::pin(refuse(&mut stream, &refusal.error)).await;
-            return None;
-        }
-    };
-    let LoggedIn {
-        user,
-        database,
-        pool,
-        requested,
-        settings,
-        scram_keys,
-        admission,
-    } = client;
-    let settings = (!settings.is_empty()).then(|| Arc::new(settings));
-    let handle = ClientHandle::register(
-        &user,
-        &database,
-        peer,
-        local,
-        requested.get("application_name").unwrap_or(""),
-    );
-    // The registration uncounts the client when it goes.
-    admission.keep();
-    if let Stream::Tls(t) = &stream {
-        if let tokio_rustls::TlsStream::Server(s) = &**t {
-            let tls = crate::tls::connect::describe(s.get_ref().1);
-            crate::registry::client_tls::set(&handle.0, tls);
-        }
-    }
-    crate::conn_log::login_attempt(&handle.0);
-    pool.clients.fetch_add(1, Ordering::Relaxed);
-    // Once per session, here and not in the relay: a parked session that resumes does not
-    // log in again.
-    pool.stats.count_login();
-    let snap = app.snapshot.load_full();
-    let no_entry = weir_config::Database::default();
-    let mode = snap.pool_mode(
-        snap.resolve_database(&database).map_or(&no_entry, |d| d.0),
-        // The pool's user: a forced user's settings, not the logging-in user's.
-        &pool.user,
-    );
-    let general = &snap.config.general;
-    let extras = Extras {
-        requested: Some(requested),
-        scram_keys,
-        gucs: settings.clone(),
-        startup_gucs: settings,
-        ..Extras::default()
-    };
-    let timeouts = Timeouts::from_config(general, snap.config.users.get(&user));
-    let session = Session::new(
-        stream, inbuf, mode, general, timeouts, handle, pool, count, extras,
-    );
-    Some(session)
-}
-
 impl Session {
-    /// A logged-in client's session, idle, before its first request.
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        stream: Stream,
-        inbuf: BytesMut,
-        mode: PoolMode,
-        general: &weir_config::General,
-        timeouts: Timeouts,
-        client: ClientHandle,
-        pool: Arc<Pool>,
-        count: ClientCount,
-        extras: Extras,
-    ) -> Session {
-        Session {
-            stream,
-            inbuf,
-            cframe: Framer::default(),
-            outbuf: BytesMut::new(),
-            sframe: Framer::default(),
-            mode,
-            wanted: Arc::default(),
-            // PostgreSQL refuses anything over 1 GB anyway; refusing it here gives the
-            // client a clear error instead of a server that hangs up.
-            max_packet: general.max_packet_size.min(relay::MAX_MESSAGE as u32),
-            prepared_cap: if mode == PoolMode::Session {
-                0
-            } else {
-                general.max_prepared_statements.min(u16::MAX.into()) as u16
-            },
-            exchange: Exchange::fresh(),
-            shutting_down: false,
-            held_back: false,
-            touched: 0,
-            ties: 0,
-            client,
-            pool: PoolMember(pool),
-            delta: Traffic::default(),
-            query_started: None,
-            xact_started: None,
-            idle_since: Instant::now(),
-            timeouts,
-            fast_close: general.server_fast_close,
-            _count: count,
-            extras: Some(Box::new(extras)),
-        }
-    }
-
     /// Runs the session to its end, and a KILL from the admin console ends it whatever it
     /// was doing (a lent server is closed with it). True when it stopped to be parked.
     async fn main(&mut self, resumed: bool) -> bool {
@@ -741,106 +535,6 @@ impl Session {
         }
     }
 
-    /// The server of a transaction (in transaction or statement mode) went away: what it
-    /// sent whole is passed on (a FATAL sent while the client owed nothing was held back
-    /// by the relay), the requests it left unanswered are answered with an error, a client
-    /// idle in its transaction gets the error at its next request, and the client stays,
-    /// to run its next transaction on another server. Some(reason) if the client is gone.
-    async fn survive_lost_server(&mut self) -> Option<String> {
-        // Client messages framed (and counted as owed an answer) but not sent are
-        // answered below with the others.
-        let framed = self.cframe.scanned();
-        let _ = self.inbuf.split_to(framed);
-        // The replies the relay expected from the lost server (ParseComplete, a Describe
-        // to answer, statements it was to prepare) will not come: left, they would be
-        // matched against the next server's answers, and a client waiting for one would
-        // hang.
-        self.forget_framed();
-        let pending = self.exchange.pending;
-        self.exchange = Exchange::fresh();
-        self.query_started = None;
-        self.xact_started = None;
-        // What the server sent whole goes on (a message it cut short does not).
-        if !self.flush_client().await {
-            return Some("client unexpected eof".into());
-        }
-        if pending > 0 {
-            let e = lost_request();
-            crate::conn_log::pooler_error(&self.client.0, &e.message);
-            let mut out = crate::stats::error_response(&e);
-            for _ in 0..pending {
-                messages::ready_for_query(&mut out, b'I');
-            }
-            if self.stream.write_all(&out).await.is_err() {
-                return Some("client unexpected eof".into());
-            }
-        }
-        if pending == 0 {
-            self.set_tie(LOST, true);
-        }
-        None
-    }
-
-    /// Closes a server something of the client's may linger in, then ends the client with
-    /// `error`, first passing on what the server already said when `flush` is set.
-    async fn close_and_refuse(&mut self, held: Lease, error: PgError, flush: bool) -> String {
-        crate::conn_log::server_closing(&held.info.0, &error.message);
-        held.close().await;
-        if flush {
-            self.flush_client().await;
-        }
-        self.refuse(error).await
-    }
-
-    /// Forgets the request framed so far, and what its answer was expected to hold.
-    fn forget_framed(&mut self) {
-        self.cframe.reset();
-        if let Some(p) = prepare::statements(&mut self.extras) {
-            p.clear_replies();
-            p.ahead.clear();
-        }
-    }
-
-    /// Answers the client's queued request with an error instead of running it: its
-    /// messages up to the next Query or Sync are dropped, as PostgreSQL skips to Sync
-    /// after an error. Errs with the reason when the client is gone.
-    async fn fail_request(&mut self, error: &PgError) -> Result<(), String> {
-        loop {
-            let mut framer = Framer::default();
-            let mut end = None;
-            while let Ok(Some(f)) = framer.next(&self.inbuf, self.max_packet as usize, |_| true) {
-                if matches!(f.tag, b'Q' | b'S') {
-                    end = Some(framer.scanned());
-                    break;
-                }
-            }
-            if let Some(end) = end {
-                let _ = self.inbuf.split_to(end);
-                // What was framed while queueing is dropped with it.
-                self.forget_framed();
-                break;
-            }
-            match self.read_more().await {
-                Ok(0) | Err(_) => return Err("client unexpected eof".into()),
-                Ok(_) => {}
-            }
-        }
-        crate::conn_log::pooler_error(&self.client.0, &error.message);
-        let mut out = crate::stats::error_response(error);
-        messages::ready_for_query(&mut out, b'I');
-        self.stream
-            .write_all(&out)
-            .await
-            .map_err(|_| "client unexpected eof".to_string())
-    }
-
-    /// Sends the client a fatal error and says why the session ended.
-    async fn refuse(&mut self, error: PgError) -> String {
-        crate::conn_log::pooler_error(&self.client.0, &error.message);
-        refuse(&mut self.stream, &error).await;
-        error.into_fields().message
-    }
-
     /// Returns a server the client is done with: reset and pooled when it is clean, closed
     /// when anything of the client's may linger in it (an open transaction, a half-sent
     /// message, an unanswered query).
@@ -953,126 +647,6 @@ impl Session {
         }
     }
 
-    /// Checks out a server, noticing meanwhile if the client goes away. `Err(None)` means it
-    /// did: there is no one left to tell.
-    async fn acquire(&mut self) -> Result<Lease, Option<PgError>> {
-        if let Some(reader) = self.route_request() {
-            let lease = match reader.try_checkout_idle() {
-                Some(l) => l,
-                None => {
-                    let keys = self.scram_keys();
-                    Box::pin(self.wait_for_server(&reader, &keys)).await?
-                }
-            };
-            // A request already sent ahead to it stays there.
-            if lease.sent_ahead > 0 {
-                return Ok(lease);
-            }
-            match self.standby_lease(&lease) {
-                route::StandbyLease::Use => return Ok(lease),
-                route::StandbyLease::Release => lease.release(),
-                route::StandbyLease::Close => {
-                    crate::conn_log::server_closing(&lease.info.0, "host no longer fit for reads");
-                    lease.close().await;
-                }
-            }
-            self.set_route(route::READ_ON_PRIMARY);
-        }
-        if let Some(lease) = self.pool.try_checkout_idle() {
-            return Ok(lease);
-        }
-        let pool = self.pool.clone();
-        let keys = self.scram_keys();
-        Box::pin(self.wait_for_server(&pool, &keys)).await
-    }
-
-    /// Checks out the slow way: waiting in the queue, connecting, checking; boxed so that
-    /// every client's task does not carry this rare state.
-    async fn wait_for_server(
-        &mut self,
-        pool: &Arc<Pool>,
-        keys: &Option<Credential>,
-    ) -> Result<Lease, Option<PgError>> {
-        // query_wait_notify and query_wait_timeout are the janitor's (see
-        // registry::clients::enforce_waits): a waiting client arms no timer of its own.
-        let notify_after = self.timeouts.query_wait_notify();
-        let give_up_after = Some(pool.settings().query_wait_timeout).filter(|d| !d.is_zero());
-        self.client.0.set_waiting(notify_after, give_up_after);
-        let started = Instant::now();
-        let ahead = self.request_ahead();
-        let me = self.client.0.clone();
-        let checkout =
-            crate::conn_log::waiting(me.clone(), pool.checkout(keys.clone(), false, ahead));
-        tokio::pin!(checkout);
-        let waited = |limit: Option<Duration>| limit.is_some_and(|d| started.elapsed() >= d);
-        let cancelled = || PgError::error("57014", "canceling statement due to user request");
-        // A cancel that came as the request was already being sent ahead: it is passed on
-        // to the server, as for any running query.
-        let mut cancel_late = false;
-        // Meanwhile nothing more goes behind its request, which the cancel could hit.
-        let mut hold_boarding = None;
-        loop {
-            tokio::select! {
-                signals = me.wait_signals() => {
-                    // Giving up is only possible while the request has not gone ahead to a
-                    // server; once it has, the grant is on its way and is taken.
-                    if signals & CANCEL != 0 {
-                        if me.withdraw() {
-                            me.set_idle();
-                            return Err(Some(cancelled()));
-                        }
-                        cancel_late = true;
-                        hold_boarding.get_or_insert_with(|| pool.hold_boarding());
-                    }
-                    if signals & WAIT_TIMEOUT != 0 && waited(give_up_after) && me.withdraw() {
-                        me.set_idle();
-                        return Err(Some(pool.wait_failure()));
-                    }
-                    if signals & WAIT_NOTIFY != 0 && waited(notify_after) {
-                        let notice = messages::notice_response(&PgError::new(
-                            "NOTICE",
-                            "00000",
-                            "No server connection available in postgres backend, client being queued",
-                        ));
-                        if self.stream.write_all(&notice).await.is_err() {
-                            return Err(None);
-                        }
-                    }
-                }
-                r = &mut checkout => {
-                    self.delta.wait_time_us += started.elapsed().as_micros() as u64;
-                    self.client.0.set_idle();
-                    let lease = r.map_err(Some)?;
-                    // With other clients' requests pipelined behind this one's (which ran
-                    // as the server came: it is all there), a cancel sent now would most
-                    // likely interrupt theirs; it is dropped, as PostgreSQL drops one that
-                    // comes after the query.
-                    if cancel_late && lease.passengers.is_empty() {
-                        if lease.sent_ahead == 0 {
-                            lease.release();
-                            return Err(Some(cancelled()));
-                        }
-                        tokio::spawn(crate::cancel::send(CancelTarget {
-                            addr: lease.addr.clone(),
-                            key: lease.key,
-                            server_id: lease.id,
-                        }));
-                        // Nothing goes behind a request being cancelled, not even once
-                        // the cancel connection is done (being_canceled): PostgreSQL's
-                        // second signal, or the cancel itself if it came late, would
-                        // hit the request behind.
-                        self.exchange.set(relay::PLAIN, false);
-                    }
-                    return Ok(lease);
-                }
-                r = self.read_more(), if self.inbuf.len() < 1 << 20 => match r {
-                    Ok(0) | Err(_) => return Err(None),
-                    Ok(_) => {}
-                },
-            }
-        }
-    }
-
     /// Reads what the client sent; waits for it without holding a buffer when there is
     /// nothing buffered yet.
     async fn read_more(&mut self) -> std::io::Result<usize> {
@@ -1093,59 +667,6 @@ impl Session {
             read
         })
         .await
-    }
-
-    /// Sends the client the parameters and key that end its login. The parameters come
-    /// from the pool's first server (one is opened now if there is none yet).
-    async fn welcome(&mut self) -> Result<Option<Lease>, PgError> {
-        let requested = self
-            .extras
-            .as_mut()
-            .and_then(|e| e.requested.take())
-            .unwrap_or_default();
-        self.trim_extras();
-        let pool = self.pool.clone();
-        let scram_keys = self.scram_keys();
-        let mut lease = None;
-        if let Some(e) = pool.turned_away() {
-            return Err(e);
-        }
-        let welcome = match pool.welcome() {
-            Some(w) => w,
-            None => {
-                let l = Box::pin(pool.checkout(scram_keys, true, None)).await?;
-                // The pool's own, made as the server connected: its clients then share
-                // their parameter sets with this one (what pool::ahead compares first).
-                let welcome = pool
-                    .welcome()
-                    .unwrap_or_else(|| Arc::new(Welcome::new(l.params.clone())));
-                lease = Some(l);
-                welcome
-            }
-        };
-        // AuthenticationOk, then the server's parameters with the client's own values where
-        // it asked for some, the key and ReadyForQuery: one write.
-        let mut out = BytesMut::with_capacity(512);
-        messages::auth_request(&mut out, messages::AUTH_OK, &[]);
-        self.wanted = welcome.write(&requested, &mut out);
-        self.client.0.set_startup(self.wanted.clone());
-        let key = self.client.0.key;
-        messages::backend_key_data(&mut out, key.pid, key.secret);
-        messages::ready_for_query(&mut out, b'I');
-        self.stream
-            .write_all(&out)
-            .await
-            .map_err(|_| PgError::fatal("08006", "client gone"))?;
-        if self.mode != PoolMode::Session {
-            if let Some(l) = lease.take() {
-                l.release();
-            }
-        }
-        Ok(lease)
-    }
-
-    fn scram_keys(&self) -> Option<Credential> {
-        self.extras.as_ref().and_then(|e| e.scram_keys.clone())
     }
 
     /// Drops the extras once nothing is left in them.
@@ -1173,46 +694,6 @@ impl Session {
             self.pool.stats.add_traffic(&self.delta);
             self.delta = Traffic::default();
         }
-    }
-
-    /// Makes the server's session parameters match what the client believes it has.
-    /// Also puts the settings the client made (see state) on it, and takes off the ones
-    /// another client left there.
-    async fn sync_params(&self, lease: &mut Lease) -> Result<(), PgError> {
-        let params_synced = lease
-            .synced_to
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
-        let gucs_synced = crate::gucs::same(lease.gucs.as_ref(), self.gucs());
-        if params_synced && gucs_synced {
-            return Ok(());
-        }
-        let mut sql = String::new();
-        if !params_synced {
-            for (name, value) in self.wanted.iter() {
-                if lease.params.get(name) != Some(value) {
-                    sql.push_str(&format!("SET {name} = {};", quote_literal(value)));
-                }
-            }
-        }
-        if !gucs_synced {
-            sql.push_str(&crate::gucs::sync_sql(lease.gucs.as_ref(), self.gucs()));
-        }
-        if sql.is_empty() {
-            lease.synced_to = Some(self.wanted.clone());
-            return Ok(());
-        }
-        // The server may hold the last client's statement_timeout, or this one's be
-        // among the settings made here; without settings on either side, only reported
-        // parameters are set, and no client timeout is in force.
-        if !gucs_synced {
-            sql.insert_str(0, crate::gucs::GUARD);
-        }
-        lease.gucs = self.gucs().cloned();
-        lease
-            .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
-            .await
-            .map_err(|e| e.to_client_error())
     }
 }
 

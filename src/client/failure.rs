@@ -1,0 +1,119 @@
+//! What a client hears when its server or its request fails: a lost server mid-request,
+//! a request answered with an error instead of being run, a session ended with a FATAL.
+//! Rare steps, kept apart from the relay's hot path.
+
+use tokio::io::AsyncWriteExt;
+
+use super::relay::Exchange;
+use super::{prepare, refuse, Session, LOST};
+use crate::pool::{lost_request, Lease};
+use crate::protocol::framer::Framer;
+use crate::protocol::messages;
+use crate::protocol::PgError;
+
+impl Session {
+    /// The server of a transaction (in transaction or statement mode) went away: what it
+    /// sent whole is passed on (a FATAL sent while the client owed nothing was held back
+    /// by the relay), the requests it left unanswered are answered with an error, a client
+    /// idle in its transaction gets the error at its next request, and the client stays,
+    /// to run its next transaction on another server. Some(reason) if the client is gone.
+    pub(super) async fn survive_lost_server(&mut self) -> Option<String> {
+        // Client messages framed (and counted as owed an answer) but not sent are
+        // answered below with the others.
+        let framed = self.cframe.scanned();
+        let _ = self.inbuf.split_to(framed);
+        // The replies the relay expected from the lost server (ParseComplete, a Describe
+        // to answer, statements it was to prepare) will not come: left, they would be
+        // matched against the next server's answers, and a client waiting for one would
+        // hang.
+        self.forget_framed();
+        let pending = self.exchange.pending;
+        self.exchange = Exchange::fresh();
+        self.query_started = None;
+        self.xact_started = None;
+        // What the server sent whole goes on (a message it cut short does not).
+        if !self.flush_client().await {
+            return Some("client unexpected eof".into());
+        }
+        if pending > 0 {
+            let e = lost_request();
+            crate::conn_log::pooler_error(&self.client.0, &e.message);
+            let mut out = crate::stats::error_response(&e);
+            for _ in 0..pending {
+                messages::ready_for_query(&mut out, b'I');
+            }
+            if self.stream.write_all(&out).await.is_err() {
+                return Some("client unexpected eof".into());
+            }
+        }
+        if pending == 0 {
+            self.set_tie(LOST, true);
+        }
+        None
+    }
+
+    /// Closes a server something of the client's may linger in, then ends the client with
+    /// `error`, first passing on what the server already said when `flush` is set.
+    pub(super) async fn close_and_refuse(
+        &mut self,
+        held: Lease,
+        error: PgError,
+        flush: bool,
+    ) -> String {
+        crate::conn_log::server_closing(&held.info.0, &error.message);
+        held.close().await;
+        if flush {
+            self.flush_client().await;
+        }
+        self.refuse(error).await
+    }
+
+    /// Forgets the request framed so far, and what its answer was expected to hold.
+    pub(super) fn forget_framed(&mut self) {
+        self.cframe.reset();
+        if let Some(p) = prepare::statements(&mut self.extras) {
+            p.clear_replies();
+            p.ahead.clear();
+        }
+    }
+
+    /// Answers the client's queued request with an error instead of running it: its
+    /// messages up to the next Query or Sync are dropped, as PostgreSQL skips to Sync
+    /// after an error. Errs with the reason when the client is gone.
+    pub(super) async fn fail_request(&mut self, error: &PgError) -> Result<(), String> {
+        loop {
+            let mut framer = Framer::default();
+            let mut end = None;
+            while let Ok(Some(f)) = framer.next(&self.inbuf, self.max_packet as usize, |_| true) {
+                if matches!(f.tag, b'Q' | b'S') {
+                    end = Some(framer.scanned());
+                    break;
+                }
+            }
+            if let Some(end) = end {
+                let _ = self.inbuf.split_to(end);
+                // What was framed while queueing is dropped with it.
+                self.forget_framed();
+                break;
+            }
+            match self.read_more().await {
+                Ok(0) | Err(_) => return Err("client unexpected eof".into()),
+                Ok(_) => {}
+            }
+        }
+        crate::conn_log::pooler_error(&self.client.0, &error.message);
+        let mut out = crate::stats::error_response(error);
+        messages::ready_for_query(&mut out, b'I');
+        self.stream
+            .write_all(&out)
+            .await
+            .map_err(|_| "client unexpected eof".to_string())
+    }
+
+    /// Sends the client a fatal error and says why the session ended.
+    pub(super) async fn refuse(&mut self, error: PgError) -> String {
+        crate::conn_log::pooler_error(&self.client.0, &error.message);
+        refuse(&mut self.stream, &error).await;
+        error.into_fields().message
+    }
+}
