@@ -69,7 +69,7 @@ const NOT_YET: &[(&str, &str)] = &[
 ];
 
 /// Files over `MAX_LINES` not split yet; like `NOT_YET`, a list that only shrinks.
-const TOO_LONG_YET: &[&str] = &["admin/show.rs", "client/mod.rs", "pool/mod.rs"];
+const TOO_LONG_YET: &[&str] = &["client/mod.rs", "pool/mod.rs"];
 
 #[derive(Debug, Clone, PartialEq)]
 struct Ref {
