@@ -3,14 +3,29 @@
 //! and hosts, apart from the live connections.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::super::rowset::{int, text, RowSet, NULL};
 use super::super::{control, sessions};
 use super::{format_time, load_balance, server_addr, sorted_pools, ADMIN_DB};
 use crate::app::{App, Snapshot};
+use crate::pool::Pool;
 use crate::registry::client_limits;
 use crate::registry::clients::CLIENTS;
 use crate::registry::servers::SERVERS;
+
+/// PgBouncer's current_connections of a database or a user: the server connections open
+/// or opening in the pools `keep` picks.
+fn servers_of(pools: &[Arc<Pool>], keep: impl Fn(&Pool) -> bool) -> usize {
+    pools
+        .iter()
+        .filter(|p| keep(p))
+        .map(|p| {
+            let c = p.counts();
+            c.active + c.idle + c.connecting
+        })
+        .sum()
+}
 
 pub(crate) fn databases(app: &App) -> RowSet {
     let mut rs = RowSet::new(
@@ -71,14 +86,7 @@ pub(crate) fn databases(app: &App) -> RowSet {
         let Some((db, server_db)) = snap.resolve_database(&name) else {
             continue;
         };
-        let servers: usize = pools
-            .iter()
-            .filter(|p| p.database == name)
-            .map(|p| {
-                let c = p.counts();
-                c.active + c.idle + c.connecting
-            })
-            .sum();
+        let servers = servers_of(&pools, |p| p.database == name);
         rows.push((
             name.clone(),
             vec![
@@ -144,14 +152,7 @@ pub(crate) fn users(app: &App) -> RowSet {
     let pools = app.all_pools();
     for name in user_names(app, &snap) {
         let u = snap.config.users.get(&name);
-        let servers: usize = pools
-            .iter()
-            .filter(|p| p.user == name)
-            .map(|p| {
-                let c = p.counts();
-                c.active + c.idle + c.connecting
-            })
-            .sum();
+        let servers = servers_of(&pools, |p| p.user == name);
         rs.push(vec![
             text(&name),
             text(
