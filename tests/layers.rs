@@ -65,7 +65,7 @@ const MAX_LINES: usize = 800;
 const NOT_YET: &[(&str, &str)] = &[("client", "admin"), ("client", "takeover")];
 
 /// Files over `MAX_LINES` not split yet; like `NOT_YET`, a list that only shrinks.
-const TOO_LONG_YET: &[&str] = &["admin/show.rs", "client/mod.rs", "pool/mod.rs"];
+const TOO_LONG_YET: &[&str] = &["admin/show.rs", "client/mod.rs"];
 
 #[derive(Debug, Clone, PartialEq)]
 struct Ref {
