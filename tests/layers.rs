@@ -59,14 +59,6 @@ const LAYERS: &[(&str, u8)] = &[
 
 const MAX_LINES: usize = 800;
 
-/// Upward uses not fixed yet, as (from, to): tolerated while the work goes in steps, and
-/// an entry that no longer occurs fails the test, so that the list only shrinks. Empty
-/// when issue 25 is done.
-const NOT_YET: &[(&str, &str)] = &[];
-
-/// Files over `MAX_LINES` not split yet; like `NOT_YET`, a list that only shrinks.
-const TOO_LONG_YET: &[&str] = &["pool/mod.rs"];
-
 #[derive(Debug, Clone, PartialEq)]
 struct Ref {
     to: String,
@@ -416,7 +408,6 @@ fn top_level_modules_use_only_lower_layers() {
     let sources = read_sources();
     let mut problems = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    let mut tolerated = std::collections::BTreeSet::new();
     for s in &sources {
         let Some(top) = s.top.as_deref() else {
             continue;
@@ -443,9 +434,7 @@ fn top_level_modules_use_only_lower_layers() {
                 ));
                 continue;
             };
-            if to >= from && NOT_YET.contains(&(top, r.to.as_str())) {
-                tolerated.insert((top.to_owned(), r.to.clone()));
-            } else if to >= from {
+            if to >= from {
                 problems.push(format!(
                     "src/{}:{}: {top} (layer {}) uses {} (layer {})",
                     s.rel.display(),
@@ -455,13 +444,6 @@ fn top_level_modules_use_only_lower_layers() {
                     LAYERS[to].1
                 ));
             }
-        }
-    }
-    for (a, b) in NOT_YET {
-        if !tolerated.contains(&(a.to_string(), b.to_string())) {
-            problems.push(format!(
-                "NOT_YET lists {a} -> {b}, which is gone: take it out"
-            ));
         }
     }
     for (m, _) in LAYERS {
@@ -480,21 +462,11 @@ fn top_level_modules_use_only_lower_layers() {
 #[test]
 fn no_source_file_is_over_the_limit() {
     let sources = read_sources();
-    let mut problems: Vec<String> = sources
+    let problems: Vec<String> = sources
         .iter()
-        .filter(|s| s.lines > MAX_LINES && !TOO_LONG_YET.iter().any(|f| s.rel == Path::new(f)))
+        .filter(|s| s.lines > MAX_LINES)
         .map(|s| format!("src/{}: {} lines", s.rel.display(), s.lines))
         .collect();
-    for f in TOO_LONG_YET {
-        if !sources
-            .iter()
-            .any(|s| s.rel == Path::new(f) && s.lines > MAX_LINES)
-        {
-            problems.push(format!(
-                "TOO_LONG_YET lists src/{f}, which is short now: take it out"
-            ));
-        }
-    }
     assert!(
         problems.is_empty(),
         "files over {MAX_LINES} lines:\n{}",

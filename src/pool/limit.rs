@@ -144,3 +144,28 @@ impl Limits {
         false
     }
 }
+
+impl Pool {
+    /// Whether clients of this pool wait for a server while the pool itself has room: what
+    /// holds them up is a shared limit.
+    fn starved_by_limit(&self) -> bool {
+        let pool_size = self.settings().pool_size;
+        let st = self.lock();
+        st.total < pool_size && st.waiters.iter().any(|w| !w.tx.is_closed())
+    }
+
+    /// Closes this pool's longest-idle server, for another pool that needs the room.
+    fn close_one_idle(&self) -> bool {
+        let conn = {
+            let mut st = self.lock();
+            let Some(c) = st.idle.pop_front() else {
+                return false;
+            };
+            st.total -= 1;
+            c
+        };
+        crate::conn_log::server_closing(&conn.info.0, "evicted");
+        self.closed_idle(*conn);
+        true
+    }
+}
