@@ -183,7 +183,8 @@ async fn server_refusing_connections_gives_08006() {
             "down",
             &format!("host=127.0.0.1 port={closed} dbname=postgres"),
         )
-        .set("query_wait_timeout", 20)
+        // The login waits for the server as PgBouncer's do, until this.
+        .set("query_wait_timeout", 2)
         .start();
     let err = match connect(weir.port(), "down", "postgres").await {
         Err(e) => e,

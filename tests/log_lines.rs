@@ -141,6 +141,7 @@ fn no_colour_escapes_in_the_logfile() {
             "down",
             &format!("host=127.0.0.1 port={down} dbname=postgres"),
         )
+        .set("query_wait_timeout", 1)
         .start();
     assert!(RawConn::startup(weir.port(), "postgres", "down", &[]).is_err());
     wait_for(&weir, "server login failed");

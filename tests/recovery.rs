@@ -87,3 +87,78 @@ fn client_waiting_for_its_first_server_is_served_after_a_restart() {
         .expect("login with PostgreSQL down, greeting cached");
     restart_and_expect_served(&mut pg, &weir, c);
 }
+
+/// The first client of a pool, logging in while PostgreSQL is down (no greeting cached,
+/// so its login needs a server): it waits, as PgBouncer's clients do (its suite's
+/// test_server_login_retry), and is logged in and served once PostgreSQL is back.
+#[test]
+fn a_first_login_waits_for_postgresql_to_come_back() {
+    let mut pg = PgServer::start();
+    let weir = weir(&pg);
+    pg.stop();
+    let port = weir.port();
+    let (tx, answer) = mpsc::channel();
+    thread::spawn(move || {
+        let r = RawConn::startup(port, "postgres", "postgres", &[])
+            .map_err(|e| format!("login: {e:?}"))
+            .and_then(|mut c| {
+                c.simple_query("select 42")
+                    .map(|rows| format!("{rows:?}"))
+                    .map_err(|e| format!("{e:?}"))
+            });
+        let _ = tx.send(r);
+    });
+    assert!(
+        eventually(TIMEOUT, || weir
+            .log()
+            .matches("server login failed")
+            .count()
+            >= 2),
+        "no failed server logins while PostgreSQL was down:\n{}",
+        weir.log_tail()
+    );
+    assert!(
+        answer.try_recv().is_err(),
+        "the login was answered while PostgreSQL was down"
+    );
+    pg.start_again();
+    let got = answer
+        .recv_timeout(SERVED_WITHIN)
+        .expect("the waiting login was not served after PostgreSQL came back");
+    let rows = got.expect("the waiting login got an error");
+    assert!(rows.contains("42"), "{rows}");
+}
+
+/// With PostgreSQL down for good, a first login ends at query_wait_timeout with why the
+/// server logins failed, not at once.
+#[test]
+fn a_first_login_to_a_down_server_ends_at_query_wait_timeout() {
+    let pg = PgServer::start();
+    let down = free_port();
+    let weir = Weir::for_pg(&pg)
+        .database(
+            "down",
+            &format!("host=127.0.0.1 port={down} dbname=postgres"),
+        )
+        .set("query_wait_timeout", 2)
+        .start();
+    let started = std::time::Instant::now();
+    let Err(err) = RawConn::startup(weir.port(), "postgres", "down", &[]) else {
+        panic!("logged in to a database whose server is down");
+    };
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the login failed before query_wait_timeout: {err:?}"
+    );
+    assert_eq!(
+        (err.severity.as_str(), err.code.as_str()),
+        ("FATAL", "08006"),
+        "{err:?}"
+    );
+    assert!(err.message.starts_with("server login failed"), "{err:?}");
+    assert!(
+        weir.log().matches("server login failed").count() >= 2,
+        "the login was not retried while the client waited:\n{}",
+        weir.log_tail()
+    );
+}

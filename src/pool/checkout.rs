@@ -19,9 +19,10 @@ use crate::server::{ScramCredential, ServerConn};
 
 impl Pool {
     /// Lends a server: an idle one, a new one if the pool has room, or the next one released
-    /// if the client waits its turn. A client still logging in (`for_login`) is told at
-    /// once when the server refuses logins; one already in waits, up to query_wait_timeout,
-    /// for the retry.
+    /// if the client waits its turn. When PostgreSQL refuses logins, waiters are told at
+    /// once; a client still logging in (`for_login`) also when a setting is at fault
+    /// (`retry::TellAtOnce`). An unreachable server is waited for, up to
+    /// query_wait_timeout, by both.
     ///
     /// `ahead` is the client's request, for the task that releases a server to send it
     /// before handing the server over (see `ahead`).
@@ -49,7 +50,7 @@ impl Pool {
                         Slot::Granted => (Ok(Grant::Connect), false),
                         // Turned away, the client is told now: waiting would only bring
                         // it the same refusal at the next retry.
-                        Slot::LoginBlocked(e, turned_away) if for_login || turned_away => {
+                        Slot::LoginBlocked(e, tell) if tell.waiters || for_login && tell.logins => {
                             return Err(e)
                         }
                         other => {
@@ -111,12 +112,12 @@ impl Pool {
                 // Boxed: connecting is rare and its future large.
                 Grant::Connect => match Box::pin(self.connect(&settings, scram.clone())).await {
                     Ok(lease) => return Ok(lease),
-                    Err((e, turned_away)) if for_login || turned_away => return Err(e),
+                    Err((e, tell)) if tell.waiters || for_login && tell.logins => return Err(e),
                     Err(_) => {
                         if !settings.query_wait_timeout.is_zero()
                             && started.elapsed() >= settings.query_wait_timeout
                         {
-                            return Err(PgError::fatal("08P01", "query_wait_timeout"));
+                            return Err(self.wait_failure());
                         }
                     }
                 },
@@ -227,7 +228,7 @@ impl Pool {
             return Slot::Full;
         }
         if let Some(err) = st.login.blocked() {
-            return Slot::LoginBlocked(err.clone(), st.login.turned_away().is_some());
+            return Slot::LoginBlocked(err.clone(), st.login.tell_at_once());
         }
         if !settings.limits.try_acquire() {
             return Slot::Limited;

@@ -25,13 +25,13 @@ impl Pool {
         self.lock().scram = Some(keys.clone());
     }
 
-    /// Opens a server in a granted slot. The error says whether PostgreSQL turned the login
-    /// away; the clients waiting were then told too.
+    /// Opens a server in a granted slot. The error says whom it goes to at once; when that
+    /// is the waiters, they were told too.
     pub(super) async fn connect(
         self: &Arc<Self>,
         settings: &PoolSettings,
         scram: Option<ScramCredential>,
-    ) -> Result<Lease, (PgError, bool)> {
+    ) -> Result<Lease, (PgError, super::retry::TellAtOnce)> {
         let slot = lease::Slot::new(self.clone());
         let result = server::connect(&settings.target, scram).await;
         let mut st = self.lock();
@@ -48,8 +48,8 @@ impl Pool {
             Err(e) => {
                 tracing::warn!(db = %self.database, user = %self.user, addr = %settings.target.addr, "server login failed: {e}");
                 let (err, retry) = st.login.failed(&e, settings.server_login_retry);
-                let turned_away = st.login.turned_away().is_some();
-                if turned_away {
+                let tell = st.login.tell_at_once();
+                if tell.waiters {
                     self.turn_away(&mut st, &err);
                 }
                 drop(st);
@@ -59,7 +59,7 @@ impl Pool {
                     crate::timers::sleep(retry).await;
                     me.grant_free_slots();
                 });
-                Err((err, turned_away))
+                Err((err, tell))
             }
         }
     }

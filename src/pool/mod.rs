@@ -61,9 +61,8 @@ enum Slot {
     Full,
     /// A shared limit (max_db_connections, max_user_connections) is reached.
     Limited,
-    /// The last login failed and its retry delay (see `retry`) has not passed; true when
-    /// PostgreSQL turned it away.
-    LoginBlocked(PgError, bool),
+    /// The last login failed and its retry delay (see `retry`) has not passed.
+    LoginBlocked(PgError, retry::TellAtOnce),
 }
 
 #[derive(Default)]

@@ -24,8 +24,19 @@ pub(super) struct LoginBackoff {
     delay: Duration,
     /// Unreachable-server failures in a row, for the backoff.
     streak: u32,
-    /// The last failure was PostgreSQL turning the login away (see `turns_away`).
-    turned_away: bool,
+    /// Whom the last failure is told to at once.
+    tell: TellAtOnce,
+}
+
+/// Whom a failed login's error goes to at once, rather than waiting for the retry.
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub(super) struct TellAtOnce {
+    /// Clients queued for a server: PostgreSQL turned the login away (`turns_away`).
+    pub waiters: bool,
+    /// Clients logging in to a pool with no server to greet them: also when a setting of
+    /// Weir's own is at fault (TLS, an authentication method it cannot answer), which
+    /// no retry mends. An unreachable server is waited for, as PgBouncer does.
+    pub logins: bool,
 }
 
 impl LoginBackoff {
@@ -36,7 +47,15 @@ impl LoginBackoff {
         server_login_retry: Duration,
     ) -> (PgError, Duration) {
         let err = e.to_client_error();
-        self.turned_away = turns_away(e);
+        let waiters = turns_away(e);
+        self.tell = TellAtOnce {
+            waiters,
+            logins: waiters
+                || matches!(
+                    e,
+                    ConnectError::Auth(_) | ConnectError::Protocol(_) | ConnectError::Tls(_)
+                ),
+        };
         self.delay = if unreachable(e) {
             let backoff = FIRST_RETRY
                 .saturating_mul(1 << self.streak.min(8))
@@ -54,13 +73,18 @@ impl LoginBackoff {
     pub fn succeeded(&mut self) {
         self.last = None;
         self.streak = 0;
-        self.turned_away = false;
+        self.tell = TellAtOnce::default();
     }
 
     /// The last failure's error while no new attempt may be made yet, if PostgreSQL
     /// turned that login away.
     pub fn turned_away(&self) -> Option<&PgError> {
-        self.blocked().filter(|_| self.turned_away)
+        self.blocked().filter(|_| self.tell.waiters)
+    }
+
+    /// Whom the last failure goes to at once while no new attempt may be made yet.
+    pub fn tell_at_once(&self) -> TellAtOnce {
+        self.tell
     }
 
     /// The last failure's error while no new attempt may be made yet.
