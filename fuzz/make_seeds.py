@@ -219,6 +219,10 @@ host    all       all   all               trust
 \xfflocal root bob
 local /^(.*)$ \\1
 """,
+        "lists": b"""host all user1,user2 , user3 127.0.0.1/32 md5
+host app, "Quoted, Name" ,"all" a,,b, 10.0.0.0/8 trust
+host all all 10.0.0.0/8 , 10.1.0.0/16 reject
+""",
     },
     "scram": {
         "rfc7677": C1 + b"\xff" + C2 + b"\xff" + S1 + b"\xff" + S2,

@@ -78,14 +78,20 @@ impl Snapshot {
     /// is built once, here: checking it and building it again later would let a file
     /// that changed in between leave a side without the TLS its mode asks for.
     pub fn load(path: &Path) -> Result<Snapshot, String> {
-        let config = weir_config::load(path).map_err(|e| e.to_string())?;
+        let mut config = weir_config::load(path).map_err(|e| e.to_string())?;
         let client_tls = Arc::new(crate::tls::accept::ClientTls::from_config(&config.general)?);
         let server_tls = Arc::new(crate::tls::connect::ServerTls::from_config(
             &config.general,
         )?);
         let auth = auth_files(&config.general)?;
         let auth_file = match &config.general.auth_file {
-            Some(p) => weir_config::load_auth_file(p).map_err(|e| e.to_string())?,
+            Some(p) => {
+                let loaded =
+                    weir_config::load_auth_file_with_notices(p).map_err(|e| e.to_string())?;
+                // Logged with the configuration's own, once per load.
+                config.notices.extend(loaded.notices);
+                loaded.users
+            }
             None => AuthFile::default(),
         };
         Ok(Snapshot::assemble(

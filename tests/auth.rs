@@ -391,3 +391,120 @@ async fn server_login_refused_is_reported_to_client() {
     );
     assert_serving(&weir, "postgres", "postgres").await;
 }
+
+// ---------------------------------------------------------------------------
+// Long secrets and a damaged auth_file
+
+/// A password of `len` characters that PostgreSQL's SQL takes unquoted.
+fn long_password(len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~";
+    (0..len)
+        .map(|i| ALPHABET[i * 7 % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Passwords of the length cloud IAM tokens run to, and more: 20,000 characters, in the
+/// auth_file as plain text and as the SCRAM secret PostgreSQL stores. The userlist lines
+/// are past the 2,048 characters once read, the cleartext password packet (auth_type
+/// plain) past the 10,000 bytes once allowed; and PostgreSQL, which demands SCRAM of
+/// both roles, takes Weir's login with either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_passwords_log_in() {
+    let pg = PgServer::start();
+    let long = long_password(20_000);
+    pg.create_user("plainlong", &long, "scram-sha-256");
+    pg.create_user("scramlong", &long, "scram-sha-256");
+    pg.set_hba(&["host all plainlong,scramlong 127.0.0.1/32 scram-sha-256"]);
+    let secret = pg.stored_password("scramlong");
+    // Weir can log in to PostgreSQL for scramlong only with the client's SCRAM proof.
+    for (auth_type, users) in [
+        ("plain", &["plainlong"][..]),
+        ("scram-sha-256", &["plainlong", "scramlong"][..]),
+    ] {
+        let weir = Weir::for_pg(&pg)
+            .set("auth_type", auth_type)
+            .userlist(&[("plainlong", &long), ("scramlong", &secret)])
+            .start();
+        for user in users {
+            let out = psql_at(
+                "127.0.0.1",
+                weir.port(),
+                "postgres",
+                user,
+                Some(&long),
+                "select current_user",
+            );
+            assert_eq!(
+                out.as_deref(),
+                Ok(*user),
+                "{auth_type}\n{}",
+                weir.log_tail()
+            );
+        }
+        assert_login_ok(&weir, "plainlong", &long).await;
+        let e = connect_pw(weir.port(), "postgres", "plainlong", &long[1..])
+            .await
+            .unwrap_err();
+        assert_wrong_password(&e, "plainlong");
+    }
+}
+
+/// The longest password packet is PgBouncer 1.25's: 65,535 bytes with its length word,
+/// so a 65,530-character cleartext password (and its NUL); one byte more is refused as
+/// a bad packet, 08P01, without a word on what the password was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn longest_password_packet() {
+    let pg = PgServer::start();
+    let longest = long_password(65_530);
+    let too_long = long_password(65_531);
+    pg.exec("create role edge login; create role over login");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "plain")
+        .userlist(&[("edge", &longest), ("over", &too_long)])
+        .start();
+    let mut c = RawConn::startup_pw(weir.port(), "edge", "postgres", &[], Some(&longest))
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(c.query_one("select current_user"), "edge");
+    let e = RawConn::startup_pw(weir.port(), "over", "postgres", &[], Some(&too_long))
+        .err()
+        .expect("a 65,536-byte password packet was taken");
+    assert_eq!((e.severity.as_str(), e.code.as_str()), ("FATAL", "08P01"));
+    assert_eq!(e.message, "packet too large");
+    assert_eq!(c.query_one("select 'still here'"), "still here");
+}
+
+/// A malformed line, and one whose password is past PgBouncer's 65,534 characters, in
+/// the middle of the auth_file: each is skipped with one warning naming the file and
+/// line, and the users on the lines after them log in. (PgBouncer stops reading at the
+/// first, locking out everyone after it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_file_bad_lines_are_skipped_alone() {
+    let pg = PgServer::start();
+    for u in ["before", "after", "last"] {
+        pg.create_user(u, "pw", "md5");
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let userlist = dir.path().join("users.txt");
+    let text = format!(
+        "\"before\" \"pw\"\n\
+         before pw\n\
+         \"after\" \"pw\"\n\
+         \"huge\" \"{}\"\n\
+         \"last\" \"pw\"\n",
+        "x".repeat(70_000)
+    );
+    std::fs::write(&userlist, text).expect("write userlist");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "md5")
+        .set("auth_file", userlist.display())
+        .start();
+    for user in ["before", "after", "last"] {
+        assert_login_ok(&weir, user, "pw").await;
+    }
+    let log = weir.logfile();
+    let path = userlist.display();
+    for (line, why) in [(2, "broken auth file"), (4, "password too long")] {
+        let warning = format!("{path}:{line}: {why}");
+        assert_eq!(log.matches(&warning).count(), 1, "{warning}\n{log}");
+    }
+}

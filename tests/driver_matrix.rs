@@ -314,6 +314,17 @@ fn psycopg_defaults() {
     run_program(&weir, &pg, python_args("psycopg3.py", &[]), "psycopg 3");
 }
 
+/// libpq 18 asking for protocol 3.2 (max_protocol_version=3.2) is told 3.0 and goes on
+/// with it, as against PostgreSQL 15 itself; asked for at least 3.2, it refuses both.
+#[test]
+fn psycopg_asks_for_protocol_3_2() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).start();
+    let program = || python_args("protocol_3_2.py", &[]);
+    run_program_on(pg.port(), &weir, &pg, program(), "libpq 18 asking for 3.2");
+    run_program(&weir, &pg, program(), "libpq 18 asking for 3.2");
+}
+
 #[test]
 fn asyncpg_defaults() {
     let (pg, weir) = setup();

@@ -234,3 +234,43 @@ fn a_bad_hba_file_is_a_startup_error() {
         "{err}"
     );
 }
+
+/// A user list with blanks around its commas, `alice,bob , carol`, is one list, as
+/// PgBouncer reads it: the three get the rule's md5, and anyone else the next rule's
+/// reject.
+#[test]
+fn user_lists_with_blanks_around_commas() {
+    let pg = PgServer::start();
+    users(&pg);
+    pg.create_user("carol", "cpw", "md5");
+    pg.create_user("dave", "dpw", "md5");
+    let dir = tempfile::tempdir().expect("tmp");
+    let weir = hba_weir(
+        &pg,
+        dir.path(),
+        "host all alice,bob , carol 127.0.0.1/32 md5\n\
+         host all all 127.0.0.1/32 reject\n",
+    )
+    .userlist(&[
+        ("alice", "apw"),
+        ("bob", "bpw"),
+        ("carol", "cpw"),
+        ("dave", "dpw"),
+    ])
+    .start();
+    for (user, pw) in [("alice", "apw"), ("bob", "bpw"), ("carol", "cpw")] {
+        assert_eq!(tcp(&weir, user, Some(pw), "").as_deref(), Ok(user));
+        let e = tcp(&weir, user, Some("nope"), "").expect_err("wrong password");
+        assert!(
+            e.contains(&format!(
+                "password authentication failed for user \"{user}\""
+            )),
+            "{e}"
+        );
+    }
+    let e = tcp(&weir, "dave", Some("dpw"), "").expect_err("dave accepted");
+    assert!(
+        e.contains("pg_hba.conf rejects connection for host \"127.0.0.1\", user \"dave\""),
+        "{e}"
+    );
+}

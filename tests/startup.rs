@@ -165,3 +165,49 @@ fn tracked_startup_parameters_are_accepted() {
     .unwrap_or_else(|e| panic!("tracked parameters refused: {e:?}"));
     assert_eq!(c.query_one("show application_name"), "tracked");
 }
+
+/// What a client asking for protocol 3.`minor` with `options` is told before it is
+/// logged in: the NegotiateProtocolVersion body, if any, and the BackendKeyData body's
+/// length (8 in 3.0: a 4-byte key). The login must then answer a query.
+fn negotiation(port: u16, minor: u16, options: &[(&str, &str)]) -> (Option<Vec<u8>>, usize) {
+    let mut c = RawConn::connect(port);
+    let mut params = vec![("user", "postgres"), ("database", "postgres")];
+    params.extend_from_slice(options);
+    c.send(&proto::startup_message_version(3, minor, &params));
+    let msgs = c.read_until_ready();
+    let body = |tag| msgs.iter().find(|m| m.tag == tag).map(|m| m.body.clone());
+    let key_len = body(b'K').map_or(0, |k| k.len());
+    assert_eq!(c.query_one("select 'negotiated'"), "negotiated");
+    (body(b'v'), key_len)
+}
+
+/// NegotiateProtocolVersion names the newest protocol Weir speaks as the whole number
+/// (196608: 3.0, never a bare minor, which libpq 18 takes for 0.0) and the `_pq_.`
+/// options it did not recognize, byte for byte what PostgreSQL 15 sends: to a client
+/// asking for 3.2 (libpq 18's max_protocol_version=3.2), and to one asking for 3.0 with
+/// protocol options. A client asking for 3.0 alone is sent none.
+#[test]
+fn negotiate_protocol_version_is_postgresqls() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).start();
+    let with_options: &[(&str, &str)] = &[("_pq_.compression", "on"), ("_pq_.x", "1")];
+    let mut listed = 196_608u32.to_be_bytes().to_vec();
+    listed.extend_from_slice(&2u32.to_be_bytes());
+    listed.extend_from_slice(b"_pq_.compression\0_pq_.x\0");
+    let mut bare = 196_608u32.to_be_bytes().to_vec();
+    bare.extend_from_slice(&0u32.to_be_bytes());
+    for (minor, options, want) in [
+        (2, &[][..], Some(bare)),
+        (0, with_options, Some(listed)),
+        (0, &[][..], None),
+    ] {
+        let direct = negotiation(pg.port(), minor, options);
+        assert_eq!(
+            direct,
+            (want.clone(), 8),
+            "PostgreSQL, 3.{minor} {options:?}"
+        );
+        let through = negotiation(weir.port(), minor, options);
+        assert_eq!(through, direct, "Weir, 3.{minor} {options:?}");
+    }
+}

@@ -297,9 +297,15 @@ pub async fn login(
             database: Some(database.clone()),
         })
     };
+    // Weir speaks 3.0 only, whatever minor the client asks for: 3.2 (libpq 18's
+    // max_protocol_version=3.2) would mean longer cancel keys, end to end.
     if minor > 0 || !unsupported_options.is_empty() {
         let mut out = BytesMut::new();
-        messages::negotiate_protocol_version(&mut out, 0, &unsupported_options);
+        messages::negotiate_protocol_version(
+            &mut out,
+            messages::PROTOCOL_3_0,
+            &unsupported_options,
+        );
         stream
             .write_all(&out)
             .await

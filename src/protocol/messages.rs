@@ -96,10 +96,13 @@ pub fn ready_for_query(buf: &mut BytesMut, status: u8) {
     put_message(buf, b'Z', |b| b.put_u8(status));
 }
 
-/// NegotiateProtocolVersion: the newest minor version we speak and the options we ignored.
-pub fn negotiate_protocol_version(buf: &mut BytesMut, minor: u32, unsupported: &[String]) {
+/// NegotiateProtocolVersion: the newest version we speak and the options we ignored.
+/// `version` is the whole protocol number (`PROTOCOL_3_0`), as PostgreSQL sends it. The
+/// protocol documentation's "newest minor version" reads as if the minor alone went there,
+/// but libpq 18 reads a bare 0 as protocol 0.0 and refuses that "downgrade".
+pub fn negotiate_protocol_version(buf: &mut BytesMut, version: u32, unsupported: &[String]) {
     put_message(buf, b'v', |b| {
-        b.put_u32(minor);
+        b.put_u32(version);
         b.put_u32(unsupported.len() as u32);
         for name in unsupported {
             put_cstr(b, name);
@@ -192,6 +195,16 @@ mod tests {
             b.len()
         );
         assert_eq!(&b[8..], b"user\0u\0\0");
+    }
+
+    #[test]
+    fn negotiate_protocol_version_names_the_whole_version() {
+        let mut b = BytesMut::new();
+        let options = ["_pq_.a".to_owned(), "_pq_.bc".to_owned()];
+        negotiate_protocol_version(&mut b, PROTOCOL_3_0, &options);
+        let mut want = vec![b'v', 0, 0, 0, 27, 0, 3, 0, 0, 0, 0, 0, 2];
+        want.extend_from_slice(b"_pq_.a\0_pq_.bc\0");
+        assert_eq!(&b[..], &want[..]);
     }
 
     #[test]

@@ -12,8 +12,11 @@ pub use error::{error_code, PgError};
 /// Message header: one type byte and a 4-byte big-endian length that counts itself.
 pub const HEADER_LEN: usize = 5;
 
-/// PostgreSQL refuses startup packets larger than this (MAX_STARTUP_PACKET_LENGTH).
-pub const MAX_STARTUP_PACKET: usize = 10_000;
+/// The largest startup or password packet a client may send, its length word included:
+/// 65,531 bytes of content, PgBouncer 1.25's limit for both, for the long generated
+/// passwords of cloud services (IAM tokens). PostgreSQL takes a password packet as large
+/// (PG_MAX_AUTH_TOKEN_LENGTH) but caps a startup packet at 10,000 bytes.
+pub const MAX_STARTUP_PACKET: usize = 65_535;
 
 /// A backend's cancel key (BackendKeyData): the process id and secret a CancelRequest
 /// names.

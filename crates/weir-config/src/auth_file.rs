@@ -4,9 +4,9 @@
 //! with `;` are skipped (`#` is skipped too, a Weir addition); the first two
 //! double-quoted fields are the user name and the secret, with `""` standing
 //! for a quote; anything else on the line is ignored. A later line for the
-//! same user wins. On a malformed line PgBouncer logs "broken auth file" and
-//! stops reading, keeping the users read so far; so does this, reporting the
-//! line in the notices.
+//! same user wins. A malformed line is skipped and reported in the notices;
+//! PgBouncer stops reading there instead, so that one bad line locks out every
+//! user after it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,16 +17,16 @@ use crate::error::ConfigError;
 /// `SCRAM-SHA-256$...`).
 pub type AuthFile = HashMap<String, String>;
 
-/// PgBouncer's limits (`MAX_USERNAME`, `MAX_PASSWORD`), applied to the
-/// field as written, quotes doubled.
+/// PgBouncer 1.25's limits (`MAX_USERNAME`, `MAX_PASSWORD`, each counting
+/// a C string's NUL), applied to the field as written, quotes doubled.
 const MAX_USERNAME: usize = 128;
-const MAX_PASSWORD: usize = 2048;
+const MAX_PASSWORD: usize = 65_535;
 
 /// An auth file's users plus what was wrong with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadedAuthFile {
     pub users: AuthFile,
-    /// Why reading stopped early, if it did, as `file:line: message`.
+    /// Each line skipped and why, as `file:line: message`.
     pub notices: Vec<String>,
 }
 
@@ -36,7 +36,7 @@ pub fn load_auth_file(path: &Path) -> Result<AuthFile, ConfigError> {
     load_auth_file_with_notices(path).map(|loaded| loaded.users)
 }
 
-/// Reads an auth file, reporting a malformed line (where reading stopped).
+/// Reads an auth file, reporting the malformed lines it skipped.
 pub fn load_auth_file_with_notices(path: &Path) -> Result<LoadedAuthFile, ConfigError> {
     let bytes = std::fs::read(path)
         .map_err(|e| ConfigError::new(path, None, format!("could not read auth file: {e}")))?;
@@ -62,14 +62,11 @@ pub fn parse_auth_file(text: &str, path: &Path) -> LoadedAuthFile {
             Ok((user, secret)) => {
                 loaded.users.insert(user, secret);
             }
-            Err(message) => {
-                loaded.notices.push(format!(
-                    "{}:{}: {message}; this line and the rest of the file are ignored",
-                    path.display(),
-                    index + 1
-                ));
-                break;
-            }
+            Err(message) => loaded.notices.push(format!(
+                "{}:{}: {message}; the line is skipped",
+                path.display(),
+                index + 1
+            )),
         }
     }
     loaded
@@ -153,12 +150,21 @@ mod tests {
     }
 
     #[test]
-    fn malformed_line_stops_reading_like_pgbouncer() {
-        let loaded = parse("\"a\" \"1\"\nb 2\n\"c\" \"3\"\n");
-        assert_eq!(loaded.users.len(), 1);
-        assert_eq!(loaded.users["a"], "1");
-        assert_eq!(loaded.notices.len(), 1);
+    fn malformed_line_is_skipped_alone() {
+        let loaded = parse("\"a\" \"1\"\nb 2\n\"c\" \"3\"\n\"d\n\"e\" \"5\"\n");
+        assert_eq!(loaded.users.len(), 3);
+        assert_eq!(
+            (
+                &loaded.users["a"][..],
+                &loaded.users["c"][..],
+                &loaded.users["e"][..]
+            ),
+            ("1", "3", "5")
+        );
+        assert_eq!(loaded.notices.len(), 2, "{:?}", loaded.notices);
         assert!(loaded.notices[0].starts_with("userlist.txt:2: broken auth file"));
+        assert!(loaded.notices[1].starts_with("userlist.txt:4: broken auth file"));
+        assert!(loaded.notices[1].ends_with("; the line is skipped"));
         for bad in ["\"a\"", "\"a\" \"unterminated", "\"unterminated"] {
             let loaded = parse(bad);
             assert!(loaded.users.is_empty(), "{bad}");
@@ -174,6 +180,14 @@ mod tests {
         assert!(loaded.notices[0].contains("user name too long"));
         let ok_user = "u".repeat(MAX_USERNAME - 1);
         assert_eq!(parse(&format!("\"{ok_user}\" \"x\"")).users.len(), 1);
+        let longest = "p".repeat(MAX_PASSWORD - 1);
+        let text = format!("\"ok\" \"{longest}\"\n\"no\" \"{longest}p\"\n\"next\" \"n\"\n");
+        let loaded = parse(&text);
+        assert_eq!(loaded.users["ok"], longest);
+        assert!(!loaded.users.contains_key("no"));
+        assert_eq!(loaded.users["next"], "n");
+        assert_eq!(loaded.notices.len(), 1);
+        assert!(loaded.notices[0].starts_with("userlist.txt:2: password too long"));
     }
 
     #[test]

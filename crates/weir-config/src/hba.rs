@@ -2,9 +2,10 @@
 //! (pg_ident.conf format, for `map=`).
 //!
 //! Record types local, host, hostssl, hostnossl; databases `all`, `sameuser`, `@file` and
-//! names; users `all`, `@file` and names; addresses IPv4/IPv6 with a prefix length or a
-//! separate mask, `all`; methods trust, reject, md5, password, scram-sha-256, cert, peer;
-//! the option `map=`. A quoted name is a name even when it spells a keyword.
+//! names; users `all`, `@file` and names; both as comma-separated lists; addresses
+//! IPv4/IPv6 with a prefix length or a separate mask, `all`; methods trust, reject, md5,
+//! password, scram-sha-256, cert, peer; the option `map=`. A quoted name is a name even
+//! when it spells a keyword.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -146,73 +147,110 @@ fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     }
 }
 
-/// A field and whether it was quoted.
-type Field = (String, bool);
+/// A name or word of a line, and whether any of it was quoted: a quoted name is never a
+/// keyword.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Item {
+    text: String,
+    quoted: bool,
+}
 
-/// The fields of a line: blank-separated, `"..."` quoted (`""` inside for a quote),
-/// `#` starting a comment outside quotes. Commas separate list items within a field and
-/// are kept.
+/// A field: one item, or the list that commas join.
+type Field = Vec<Item>;
+
+/// The fields of a line: blank-separated, `"..."` quoted (`""` inside for a quote), `#`
+/// starting a comment outside quotes. A comma joins the items on either side into one
+/// field's list whatever blanks surround it, as PgBouncer reads `a , b` (PostgreSQL ends
+/// the list at a blank before a comma); commas with nothing between them are one.
 fn fields(line: &str) -> Vec<Field> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
+    let mut reader = LineReader::default();
     let mut in_quotes = false;
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
             '"' if in_quotes && chars.peek() == Some(&'"') => {
-                cur.push('"');
+                reader.item.push('"');
                 chars.next();
             }
             '"' => {
                 in_quotes = !in_quotes;
-                quoted = true;
+                reader.quoted = true;
             }
-            '#' if !in_quotes => break,
-            c if c.is_whitespace() && !in_quotes => {
-                if !cur.is_empty() || quoted {
-                    out.push((std::mem::take(&mut cur), quoted));
-                    quoted = false;
-                }
-            }
-            c => cur.push(c),
+            _ if in_quotes => reader.item.push(c),
+            '#' => break,
+            ',' => reader.comma(),
+            c if c.is_whitespace() => reader.end_item(),
+            c => reader.item.push(c),
         }
     }
-    if !cur.is_empty() || quoted {
-        out.push((cur, quoted));
+    reader.end_item();
+    reader.fields
+}
+
+#[derive(Default)]
+struct LineReader {
+    fields: Vec<Field>,
+    item: String,
+    quoted: bool,
+    /// A comma came after the last item: the next one joins its field.
+    joined: bool,
+}
+
+impl LineReader {
+    fn end_item(&mut self) {
+        if self.item.is_empty() && !self.quoted {
+            return;
+        }
+        let item = Item {
+            text: std::mem::take(&mut self.item),
+            quoted: std::mem::take(&mut self.quoted),
+        };
+        let joined = std::mem::take(&mut self.joined);
+        match self.fields.last_mut() {
+            Some(field) if joined => field.push(item),
+            _ => self.fields.push(vec![item]),
+        }
     }
-    out
+
+    fn comma(&mut self) {
+        self.end_item();
+        self.joined = !self.fields.is_empty();
+    }
+}
+
+/// A field that must be one word: the connection type, an address, a mask, the method,
+/// an option.
+fn single(field: &Field) -> Result<&Item, String> {
+    match field.as_slice() {
+        [item] => Ok(item),
+        _ => {
+            let list: Vec<&str> = field.iter().map(|i| i.text.as_str()).collect();
+            Err(format!("unexpected list \"{}\"", list.join(",")))
+        }
+    }
+}
+
+fn word(field: &Field) -> Result<&str, String> {
+    single(field).map(|item| item.text.as_str())
 }
 
 fn names(field: &Field, dir: &Path, database: bool) -> Result<Vec<Name>, String> {
-    let (text, quoted) = field;
-    if *quoted {
-        // One quoted name (PostgreSQL also allows lists of quoted items; PgBouncer one).
-        return Ok(vec![Name::Is(text.clone())]);
-    }
     let mut out = Vec::new();
-    for item in text.split(',').filter(|s| !s.is_empty()) {
-        match item {
+    for Item { text, quoted } in field {
+        if *quoted {
+            out.push(Name::Is(text.clone()));
+            continue;
+        }
+        match text.as_str() {
             "all" => out.push(Name::All),
             "sameuser" if database => out.push(Name::SameUser),
             "replication" | "samerole" | "samegroup" if database => {
-                return Err(format!("database \"{item}\" is not supported"))
+                return Err(format!("database \"{text}\" is not supported"))
             }
             i if i.starts_with('+') => {
                 return Err(format!("group names (\"{i}\") are not supported"))
             }
-            i if i.starts_with('@') => {
-                let path = dir.join(&i[1..]);
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                for line in text.lines() {
-                    for f in fields(line) {
-                        for n in f.0.split(',').filter(|s| !s.is_empty()) {
-                            out.push(Name::Is(n.to_owned()));
-                        }
-                    }
-                }
-            }
+            i if i.starts_with('@') => out.extend(name_file(&dir.join(&i[1..]))?),
             i => out.push(Name::Is(i.to_owned())),
         }
     }
@@ -220,6 +258,17 @@ fn names(field: &Field, dir: &Path, database: bool) -> Result<Vec<Name>, String>
         return Err("empty name list".into());
     }
     Ok(out)
+}
+
+/// The names an `@file` lists, any number to a line, all of them names (no keywords).
+fn name_file(path: &Path) -> Result<Vec<Name>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .flat_map(fields)
+        .flatten()
+        .map(|item| Name::Is(item.text))
+        .collect())
 }
 
 fn address(a: &str, mask: Option<&str>) -> Result<Address, String> {
@@ -287,16 +336,16 @@ fn method(m: &str) -> Result<Method, String> {
 }
 
 fn rule(line: usize, f: &[Field], dir: &Path) -> Result<Rule, String> {
-    let conn = match f[0].0.as_str() {
+    let need = |n: usize| {
+        f.get(n)
+            .ok_or_else(|| "end-of-line before authentication method".to_string())
+    };
+    let conn = match word(need(0)?)? {
         "local" => ConnType::Local,
         "host" => ConnType::Host,
         "hostssl" => ConnType::HostSsl,
         "hostnossl" => ConnType::HostNoSsl,
         other => return Err(format!("invalid connection type \"{other}\"")),
-    };
-    let need = |n: usize| {
-        f.get(n)
-            .ok_or_else(|| "end-of-line before authentication method".to_string())
     };
     let databases = names(need(1)?, dir, true)?;
     let users = names(need(2)?, dir, false)?;
@@ -304,20 +353,22 @@ fn rule(line: usize, f: &[Field], dir: &Path) -> Result<Rule, String> {
     let address = if conn == ConnType::Local {
         None
     } else {
-        let a = &need(3)?.0;
+        let a = word(need(3)?)?;
         // A separate mask follows an address without a prefix length.
-        let mask = (!a.contains('/') && a != "all")
-            .then(|| f.get(4).map(|m| m.0.as_str()))
-            .flatten();
+        let mask = match f.get(4) {
+            Some(m) if !a.contains('/') && a != "all" => Some(word(m)?),
+            _ => None,
+        };
         at = if mask.is_some() { 5 } else { 4 };
         Some(address(a, mask)?)
     };
-    let method = method(&need(at)?.0)?;
+    let method = method(word(need(at)?)?)?;
     if method == Method::Peer && conn != ConnType::Local {
         return Err("peer authentication is only supported on local sockets".into());
     }
     let mut map = None;
-    for (opt, _) in &f[at + 1..] {
+    for opt in &f[at + 1..] {
+        let opt = word(opt)?;
         match opt.split_once('=') {
             Some(("map", m)) => map = Some(m.to_owned()),
             // What PostgreSQL checks itself (clientcert) the TLS settings decide here.
@@ -354,11 +405,17 @@ impl Ident {
             let f = fields(line);
             match f.as_slice() {
                 [] => {}
-                [(m, _), (sys, q), (user, _)] => {
-                    if sys.starts_with('/') && !q {
-                        return Err(format!("{}: regular expressions are not supported", i + 1));
+                [m, sys, user] => {
+                    let line_error = |e| format!("{}: {e}", i + 1);
+                    let sys = single(sys).map_err(line_error)?;
+                    if sys.text.starts_with('/') && !sys.quoted {
+                        return Err(line_error("regular expressions are not supported".into()));
                     }
-                    entries.push((m.clone(), sys.clone(), user.clone()));
+                    let (m, user) = (
+                        word(m).map_err(line_error)?,
+                        word(user).map_err(line_error)?,
+                    );
+                    entries.push((m.to_owned(), sys.text.clone(), user.to_owned()));
                 }
                 _ => {
                     return Err(format!(
@@ -471,6 +528,44 @@ mod tests {
             (
                 "host all all 10.0.0.0 255.0.255.0 md5\n",
                 "1: mask is not contiguous",
+            ),
+        ] {
+            assert_eq!(
+                Hba::parse(text, Path::new(".")).err().as_deref(),
+                Some(want),
+                "{text}"
+            );
+        }
+    }
+
+    /// PgBouncer's reading of lists: blanks on either side of a comma do not end the
+    /// field, quoted items can be listed, and a list is refused where one word belongs.
+    #[test]
+    fn lists_with_blanks_around_commas() {
+        let h = hba("host all user1,user2 , user3 127.0.0.1/32 md5\n\
+             host app, \"Quoted, Name\" ,\"all\" all 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 reject\n");
+        let m = |db, user| {
+            h.find(&conn(Some("127.0.0.1"), false, db, user))
+                .map(|r| r.line)
+        };
+        for user in ["user1", "user2", "user3"] {
+            assert_eq!(m("x", user), Some(1), "{user}");
+        }
+        assert_eq!(m("x", "user4"), Some(3));
+        for db in ["app", "Quoted, Name", "all"] {
+            assert_eq!(m(db, "someone"), Some(2), "{db}");
+        }
+        assert_eq!(m("Quoted", "someone"), Some(3));
+        for (text, want) in [
+            (
+                "host all all 10.0.0.0/8 , 10.1.0.0/16 md5\n",
+                "1: unexpected list \"10.0.0.0/8,10.1.0.0/16\"",
+            ),
+            // A comma before the address takes it into the list, as in PgBouncer.
+            (
+                "host all a,,b, 127.0.0.1/32 md5\n",
+                "1: invalid address \"md5\" (host names are not supported)",
             ),
         ] {
             assert_eq!(

@@ -55,7 +55,8 @@ pub struct Config {
     /// `[peers]` by peer id, in file order.
     pub peers: Vec<(u32, Peer)>,
     /// Settings that are accepted but not acted on yet, one line each, as
-    /// `file:line: ...`, in file order.
+    /// `file:line: ...`, in file order; the application adds the auth_file's
+    /// skipped lines, so that all are logged together, once per load.
     pub notices: Vec<String>,
 }
 

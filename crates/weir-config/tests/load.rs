@@ -444,7 +444,7 @@ fn auth_file_fixture() {
     let files = Files::new();
     let path = files.write("userlist.txt", "\"a\" \"1\"\nbroken\n\"b\" \"2\"\n");
     let loaded = load_auth_file_with_notices(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(loaded.users.len(), 1);
+    assert_eq!(loaded.users.len(), 2);
     assert_eq!(loaded.notices.len(), 1);
     assert!(
         loaded.notices[0].contains("userlist.txt:2:"),
