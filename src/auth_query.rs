@@ -26,13 +26,7 @@ pub struct LookupSource {
 pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     let g = &snap.config.general;
     let Some((db, _)) = snap.resolve_database(database) else {
-        let database = g.auth_dbname.clone()?;
-        snap.resolve_database(&database)?;
-        return Some(LookupSource {
-            auth_user: g.auth_user.clone()?,
-            query: g.auth_query.clone(),
-            database,
-        });
+        return global_source(snap);
     };
     let auth_user = db.auth_user.clone().or_else(|| g.auth_user.clone())?;
     Some(LookupSource {
@@ -49,14 +43,35 @@ pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     })
 }
 
-/// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it, or
-/// answered the query with an error; Err when the lookup could not be run at all.
+/// The lookup the global settings name (auth_user, auth_query, auth_dbname): for a login
+/// to a database that is not configured, and to the admin console, as in PgBouncer 1.25.
+pub fn global_source(snap: &Snapshot) -> Option<LookupSource> {
+    let g = &snap.config.general;
+    let database = g.auth_dbname.clone()?;
+    snap.resolve_database(&database)?;
+    Some(LookupSource {
+        auth_user: g.auth_user.clone()?,
+        query: g.auth_query.clone(),
+        database,
+    })
+}
+
+/// Runs auth_query for `user`. Ok(None) when PostgreSQL has no row for it, or answered
+/// the query with an error; an empty plain secret when its password is NULL (it exists,
+/// and only trust lets it in, as in PgBouncer); Err when the lookup could not be run.
 pub async fn lookup(
     app: &App,
     snap: &Snapshot,
     src: &LookupSource,
     user: &str,
 ) -> Result<Option<Secret>, PgError> {
+    // As PgBouncer: a DISABLEd database takes no logins, not even its auth_user's.
+    if crate::pool::gates::is_disabled(&src.database) {
+        return Err(PgError::fatal(
+            "08P01",
+            format!("authentication database \"{}\" is disabled", src.database),
+        ));
+    }
     let pool = app
         .pool_as(snap, &src.database, &src.auth_user)
         .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
@@ -113,11 +128,12 @@ pub async fn lookup(
         tracing::warn!(user = %user, "auth_query failed: {e}");
         return Ok(None);
     }
-    Ok(secret.map(|s| Secret::parse(&s)))
+    Ok(secret.map(|s| Secret::parse(&s.unwrap_or_default())))
 }
 
-/// The second column (the secret) of a DataRow; NULL means no password.
-pub(crate) fn parse_row(mut body: bytes::Bytes) -> Option<String> {
+/// The second column (the secret) of a DataRow, None when the row is malformed;
+/// Some(None) for NULL: the user has no password.
+pub(crate) fn parse_row(mut body: bytes::Bytes) -> Option<Option<String>> {
     if body.remaining() < 2 || body.get_i16() < 2 {
         return None;
     }
@@ -137,7 +153,7 @@ pub(crate) fn parse_row(mut body: bytes::Bytes) -> Option<String> {
         Some(Some(String::from_utf8_lossy(&v).into_owned()))
     };
     column(&mut body)?;
-    column(&mut body)?
+    column(&mut body)
 }
 
 #[cfg(test)]
@@ -152,13 +168,13 @@ mod tests {
         b.put_slice(b"bob");
         b.put_i32(5);
         b.put_slice(b"md5ab");
-        assert_eq!(parse_row(b.clone().freeze()), Some("md5ab".into()));
+        assert_eq!(parse_row(b.clone().freeze()), Some(Some("md5ab".into())));
         let mut n = BytesMut::new();
         n.put_i16(2);
         n.put_i32(3);
         n.put_slice(b"bob");
         n.put_i32(-1);
-        assert_eq!(parse_row(n.freeze()), None);
+        assert_eq!(parse_row(n.freeze()), Some(None));
         assert_eq!(parse_row(bytes::Bytes::from_static(b"\x00\x02\x00")), None);
     }
 }

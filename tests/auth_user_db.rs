@@ -140,3 +140,107 @@ async fn failed_lookup_is_a_password_failure() {
     assert_password_failed(connect_pw(weir.port(), "db", "ghost", "x").await, "ghost");
     assert_password_failed(connect_pw(weir.port(), "db", "bob", "bobpw").await, "bob");
 }
+
+/// auth_query's row with a NULL password (the default query gives one for an expired
+/// password too): the user exists, so trust lets it in, as PgBouncer does; no password
+/// proves it under md5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_password_lets_a_user_in_under_trust_only() {
+    let pg = pg_with_bob();
+    pg.exec("create role nopw login");
+    let trusting = Weir::builder()
+        .userlist(&[("postgres", "")])
+        .database("db", &format!("{} auth_user=postgres", pg.connstr()))
+        .start();
+    let c = connect(trusting.port(), "db", "nopw")
+        .await
+        .expect("nopw, found with a NULL password, logs in under trust");
+    assert_eq!(q1(&c, "select current_user").await, "nopw");
+    let md5 = weir_md5(&pg, &[("db", "dbname=postgres auth_user=postgres")]);
+    assert_password_failed(connect_pw(md5.port(), "db", "nopw", "").await, "nopw");
+    assert_password_failed(connect_pw(md5.port(), "db", "nopw", "x").await, "nopw");
+}
+
+/// Weir with plain client authentication (the raw client answers only that), the global
+/// auth_user and auth_dbname, bob in stats_users, admin in admin_users.
+fn weir_plain_global_lookup(pg: &PgServer) -> Weir {
+    Weir::builder()
+        .set("auth_type", "plain")
+        .set("auth_user", "postgres")
+        .set("auth_dbname", "authdb")
+        .set("stats_users", "bob")
+        .set("admin_users", "admin")
+        .userlist(&[("postgres", ""), ("admin", "adminpw")])
+        .database("authdb", &format!("{} dbname=authdb", pg.connstr()))
+        .database("db", &format!("{} dbname=postgres", pg.connstr()))
+        .start()
+}
+
+/// A console user missing from auth_file is looked up with the global auth_user in the
+/// global auth_dbname, as in PgBouncer 1.25.
+#[test]
+fn the_console_looks_up_users_missing_from_auth_file() {
+    let pg = pg_with_bob();
+    let weir = weir_plain_global_lookup(&pg);
+    let mut c = RawConn::startup_pw(weir.port(), "bob", "pgbouncer", &[], Some("bobpw"))
+        .expect("bob, found by auth_query, logs in to the console");
+    let v = console::ok(&mut c, "SHOW VERSION");
+    assert_eq!(v.rows.len(), 1, "{v:?}");
+    let Err(e) = RawConn::startup_pw(weir.port(), "bob", "pgbouncer", &[], Some("bad")) else {
+        panic!("bob logged in to the console with a wrong password");
+    };
+    assert_eq!(e.code, "28P01", "{e:?}");
+}
+
+/// A DISABLEd auth_dbname takes no lookups, as in PgBouncer (its suite's
+/// test_auth_dbname_disabled).
+#[test]
+fn a_disabled_auth_dbname_runs_no_lookup() {
+    let pg = pg_with_bob();
+    let weir = weir_plain_global_lookup(&pg);
+    RawConn::startup_pw(weir.port(), "bob", "db", &[], Some("bobpw")).expect("bob logs in");
+    let mut admin = RawConn::startup_pw(weir.port(), "admin", "pgbouncer", &[], Some("adminpw"))
+        .expect("admin logs in to the console");
+    console::ok(&mut admin, "DISABLE authdb");
+    let Err(e) = RawConn::startup_pw(weir.port(), "bob", "db", &[], Some("bobpw")) else {
+        panic!("bob was looked up in a disabled auth_dbname");
+    };
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("08P01", "authentication database \"authdb\" is disabled"),
+        "{e:?}"
+    );
+    console::ok(&mut admin, "ENABLE authdb");
+    RawConn::startup_pw(weir.port(), "bob", "db", &[], Some("bobpw")).expect("bob logs in again");
+}
+
+/// The console's database cannot be where auth_query runs: refused where it is given,
+/// in [pgbouncer], on a database entry, and by the console's SET.
+#[test]
+fn pgbouncer_is_refused_as_auth_dbname() {
+    let pg = PgServer::start();
+    for (global, entry) in [("pgbouncer", ""), ("", " auth_dbname=pgbouncer")] {
+        let mut b = Weir::for_pg(&pg).database("db", &format!("{}{entry}", pg.connstr()));
+        if !global.is_empty() {
+            b = b.set("auth_dbname", global);
+        }
+        let mut weir = b.spawn();
+        assert!(
+            weir.wait_exit(TIMEOUT).is_some(),
+            "weir started with auth_dbname=pgbouncer"
+        );
+        let err = weir.stderr();
+        assert!(
+            err.contains("cannot use the reserved \"pgbouncer\" database as an auth_dbname"),
+            "{err}"
+        );
+    }
+    let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).expect("console");
+    let Err(e) = console::run(&mut c, "SET auth_dbname = 'pgbouncer'") else {
+        panic!("the console took auth_dbname = pgbouncer");
+    };
+    assert_eq!(e.message, "SET failed", "{e:?}");
+    let config = console::ok(&mut c, "SHOW CONFIG");
+    assert_eq!(config.get("key", "auth_dbname", "value"), "");
+}

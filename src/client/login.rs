@@ -337,7 +337,14 @@ pub async fn login(
         if !own_user {
             let method =
                 auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
-            authenticate(&snap, stream, buf, &user, snap.secret(&user), method)
+            // A console user missing from auth_file is looked up as PgBouncer 1.25 does:
+            // with the global auth_user, in the global auth_dbname.
+            let src = crate::auth_query::global_source(&snap);
+            let looked_up = look_up(app, &snap, src, &user, &method)
+                .await
+                .map_err(refuse)?;
+            let secret = snap.secret(&user).or(looked_up.as_ref());
+            authenticate(&snap, stream, buf, &user, secret, method)
                 .await
                 .map_err(refuse)?;
         }
@@ -374,16 +381,10 @@ pub async fn login(
     // not, or anyone could list the databases without a password.
     let known_database = snap.resolve_database(&database).is_some();
     let method = auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
-    let mut looked_up = None;
-    // trust still looks the user up: an unknown one is refused, as PgBouncer does.
-    let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
-    if snap.secret(&user).is_none() && needs_secret {
-        if let Some(src) = crate::auth_query::source(&snap, &database) {
-            looked_up = Box::pin(crate::auth_query::lookup(app, &snap, &src, &user))
-                .await
-                .map_err(refuse)?;
-        }
-    }
+    let src = crate::auth_query::source(&snap, &database);
+    let looked_up = look_up(app, &snap, src, &user, &method)
+        .await
+        .map_err(refuse)?;
     let secret = snap.secret(&user).or(looked_up.as_ref());
     let scram_keys = authenticate(&snap, stream, buf, &user, secret, method)
         .await
@@ -413,7 +414,11 @@ pub async fn login(
     if let Some(keys) = &scram_keys {
         pool.remember_scram(keys);
     }
-    if let Some(s) = &looked_up {
+    // An empty secret (a NULL password, for trust) is nothing to log in to PostgreSQL with.
+    if let Some(s) = looked_up
+        .as_ref()
+        .filter(|s| !matches!(s, Secret::Plain(p) if p.is_empty()))
+    {
         let forced_password = snap
             .resolve_database(&database)
             .is_some_and(|(db, _)| db.user.is_some() && db.password.is_some());
@@ -435,6 +440,25 @@ pub async fn login(
         scram_keys,
         admission,
     }))
+}
+
+/// The secret auth_query finds for a user missing from auth_file, when `method` needs
+/// one: trust too, since an unknown user is refused, as PgBouncer does.
+async fn look_up(
+    app: &App,
+    snap: &Snapshot,
+    src: Option<crate::auth_query::LookupSource>,
+    user: &str,
+    method: &Method,
+) -> Result<Option<Secret>, PgError> {
+    let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
+    match src {
+        Some(src) if needs_secret && snap.secret(user).is_none() => {
+            // Boxed: its state would otherwise size every login's future.
+            Box::pin(crate::auth_query::lookup(app, snap, &src, user)).await
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The console's database (whichever name the client used) and its own user.
@@ -497,6 +521,10 @@ async fn authenticate(
     secret: Option<&Secret>,
     method: Method,
 ) -> Result<Option<Credential>, PgError> {
+    // A user with an empty password (auth_file's "", auth_query's NULL) exists, for
+    // trust, but no password proves it, as in PgBouncer and PostgreSQL.
+    let exists = secret.is_some();
+    let secret = secret.filter(|s| !matches!(s, Secret::Plain(p) if p.is_empty()));
     let known = secret.is_some();
     // An unknown user goes through the same exchange as a known one and fails at the same
     // point, as in PostgreSQL, so a client cannot probe which users exist.
@@ -516,7 +544,7 @@ async fn authenticate(
     let mut keys = None;
     match (method, &secret) {
         (Method::Any, _) => {}
-        (Method::Trust, _) if known => {}
+        (Method::Trust, _) if exists => {}
         // hba's trust, as PostgreSQL's, needs no auth_file entry: the rule is the proof.
         (Method::Trust, _) if snap.config.general.auth_type == AuthType::Hba => {}
         (Method::Trust, _) => return Err(PgError::fatal("28000", format!("no such user: {user}"))),

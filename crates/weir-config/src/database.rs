@@ -131,6 +131,7 @@ impl Database {
                 "auth_query"
             }
             "auth_dbname" => {
+                crate::general::refuse_reserved("auth_dbname", value)?;
                 self.auth_dbname = text();
                 "auth_dbname"
             }

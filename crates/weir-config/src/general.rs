@@ -46,7 +46,9 @@ macro_rules! general_options {
             pub(crate) fn set_option(&mut self, name: &str, raw: &str) -> Option<Result<(), String>> {
                 match name {
                     $( stringify!($name) => Some(
-                        <$ty as OptionValue>::parse_value(raw).map(|v| self.$name = v)
+                        refuse_reserved(name, raw)
+                            .and_then(|()| <$ty as OptionValue>::parse_value(raw))
+                            .map(|v| self.$name = v)
                     ), )*
                     _ => None,
                 }
@@ -256,6 +258,15 @@ impl General {
         self.set_option(name, raw)
             .unwrap_or_else(|| Err(format!("unknown option \"{key}\"")))
     }
+}
+
+/// A value no option may take, as in PgBouncer: the admin console's database cannot be
+/// where auth_query runs.
+pub(crate) fn refuse_reserved(name: &str, raw: &str) -> Result<(), String> {
+    if name == "auth_dbname" && raw.trim() == "pgbouncer" {
+        return Err("cannot use the reserved \"pgbouncer\" database as an auth_dbname".into());
+    }
+    Ok(())
 }
 
 /// Other names PgBouncer accepts for an option.
