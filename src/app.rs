@@ -506,7 +506,10 @@ fn pool_settings(
         },
         server_check_delay: g.server_check_delay,
         limits,
-        query_wait_timeout: g.query_wait_timeout,
+        query_wait_timeout: user
+            .and_then(|u| u.query_wait_timeout)
+            .or(db.query_wait_timeout)
+            .unwrap_or(g.query_wait_timeout),
         server_lifetime: db.server_lifetime.unwrap_or(g.server_lifetime),
         server_idle_timeout: g.server_idle_timeout,
         server_login_retry: g.server_login_retry,

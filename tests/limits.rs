@@ -125,9 +125,15 @@ async fn query_wait_timeout_errors_waiting_client() {
         .set("default_pool_size", 1)
         .set("query_wait_timeout", 1)
         .start();
-    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    assert_waiter_times_out(&weir, "postgres", "postgres").await;
+}
+
+/// With the pool's only server held in a transaction, the next client of (`db`, `user`)
+/// gets query_wait_timeout; the holder is unaffected.
+async fn assert_waiter_times_out(weir: &Weir, db: &str, user: &str) {
+    let a = connect(weir.port(), db, user).await.unwrap();
     q(&a, "begin").await.unwrap();
-    let e = match connect(weir.port(), "postgres", "postgres").await {
+    let e = match connect(weir.port(), db, user).await {
         Err(e) => e,
         Ok(b) => q(&b, "select 1")
             .await
@@ -140,7 +146,36 @@ async fn query_wait_timeout_errors_waiting_client() {
     );
     assert_eq!(q1(&a, "select 'a'").await, "a");
     q(&a, "commit").await.unwrap();
-    assert_serving(&weir, "postgres", "postgres").await;
+    assert_serving(weir, db, user).await;
+}
+
+/// query_wait_timeout on a database entry and in [users] (PgBouncer 1.24+), each for
+/// its own pools only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_wait_timeout_per_database_and_per_user() {
+    let pg = PgServer::start();
+    pg.create_user("app", "apppw", "md5");
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("query_wait_timeout", 60)
+        .database("quick", &format!("{} query_wait_timeout=1", pg.connstr()))
+        .user_setting("app", "query_wait_timeout=1")
+        .start();
+    assert_waiter_times_out(&weir, "quick", "postgres").await;
+    assert_waiter_times_out(&weir, "postgres", "app").await;
+    // The others wait on: B is served once A commits, 2 s later.
+    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    q(&a, "begin").await.unwrap();
+    let b = tokio::spawn(async move {
+        let b = connect(weir.port(), "postgres", "postgres").await?;
+        let r = q1(&b, "select 'b'").await;
+        Ok::<_, tokio_postgres::Error>((r, weir))
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    q(&a, "commit").await.unwrap();
+    let (r, _weir) = b.await.unwrap().expect("B waits past 1 s and is served");
+    assert_eq!(r, "b");
 }
 
 /// A server that accepts TCP but never answers the login: after

@@ -136,6 +136,7 @@ pub const IMPLEMENTED_DATABASE_PARAMS: &[&str] = &[
     "pool_mode",
     "pool_size",
     "port",
+    "query_wait_timeout",
     "read_write_split",
     "reserve_pool",
     "reserve_pool_size",
@@ -154,16 +155,17 @@ pub const IMPLEMENTED_USER_PARAMS: &[&str] = &[
     "pool_mode",
     "pool_size",
     "query_timeout",
+    "query_wait_timeout",
     "reserve_pool_size",
     "transaction_timeout",
 ];
 
 /// `[databases]` parameters the parser accepts (PgBouncer documents them) but Weir does
 /// not act on yet.
-pub const UNIMPLEMENTED_DATABASE_PARAMS: &[&str] = &["application_name", "query_wait_timeout"];
+pub const UNIMPLEMENTED_DATABASE_PARAMS: &[&str] = &["application_name"];
 
 /// `[users]` parameters the parser accepts but Weir does not act on yet.
-pub const UNIMPLEMENTED_USER_PARAMS: &[&str] = &["query_wait_timeout"];
+pub const UNIMPLEMENTED_USER_PARAMS: &[&str] = &[];
 
 /// The README's list of what is accepted but not acted on yet (between the markers of
 /// its "Moving from PgBouncer" section), made from the lists above so that it cannot go

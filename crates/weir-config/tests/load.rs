@@ -384,8 +384,6 @@ fn notices_for_unimplemented_settings() {
         vec![
             ":8: option track_extra_parameters is not implemented yet and is ignored",
             ":10: [databases] parameter application_name is not implemented yet and is ignored",
-            ":11: [databases] parameter query_wait_timeout is not implemented yet and is ignored",
-            ":13: [users] parameter query_wait_timeout is not implemented yet and is ignored",
         ]
     );
 }
