@@ -145,6 +145,25 @@ fn ignore_startup_parameters_accepts_listed_ones() {
     assert_eq!(c.query_one("show geqo"), "on");
 }
 
+/// The `-c` settings of `options` are startup parameters each, as PgBouncer 1.21+ reads
+/// them: one ignore_startup_parameters lists is dropped, the others are kept.
+#[test]
+fn ignore_startup_parameters_applies_to_the_settings_of_options() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("ignore_startup_parameters", "extra_float_digits")
+        .start();
+    let mut c = RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[("options", "-c extra_float_digits=2 -c geqo=off")],
+    )
+    .unwrap_or_else(|e| panic!("options refused: {e:?}"));
+    assert_eq!(c.query_one("show extra_float_digits"), "1");
+    assert_eq!(c.query_one("show geqo"), "off");
+}
+
 /// The parameters Weir tracks are accepted without configuration.
 #[test]
 fn tracked_startup_parameters_are_accepted() {

@@ -245,19 +245,19 @@ pub async fn login(
     let mut requested = ParamSet::default();
     let mut settings = Gucs::default();
     let mut unsupported_options = Vec::new();
+    let ignored = |name: &str| {
+        snap.config
+            .general
+            .ignore_startup_parameters
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(name))
+    };
     for (name, value) in startup::params(&payload) {
-        let ignored = || {
-            snap.config
-                .general
-                .ignore_startup_parameters
-                .iter()
-                .any(|p| p.eq_ignore_ascii_case(name))
-        };
         match name {
             "user" => user = Some(value.to_owned()),
             "database" => database = Some(value.to_owned()),
             n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
-            _ if ignored() => {}
+            _ if ignored(name) => {}
             // Beyond PgBouncer, which refuses what it does not track: any other setting
             // (pgJDBC's and sqlx's extra_float_digits, PGOPTIONS) becomes one the
             // client made, carried to every server it is lent (see client::state).
@@ -269,8 +269,10 @@ pub async fn login(
                     )
                     .into());
                 };
-                for (n, v) in pairs {
-                    startup_setting(&mut requested, &mut settings, &n, &v);
+                // As PgBouncer 1.21+ reads them: each `-c` setting is a startup
+                // parameter of its own, dropped when ignore_startup_parameters lists it.
+                for (n, v) in pairs.iter().filter(|(n, _)| !ignored(n)) {
+                    startup_setting(&mut requested, &mut settings, n, v);
                 }
             }
             n => startup_setting(&mut requested, &mut settings, n, value),
