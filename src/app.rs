@@ -83,6 +83,9 @@ impl Snapshot {
         let server_tls = Arc::new(crate::tls::connect::ServerTls::from_config(
             &config.general,
         )?);
+        config
+            .notices
+            .extend(crate::tls::protocol_notices(&config.general));
         let auth = auth_files(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => {

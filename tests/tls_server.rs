@@ -425,6 +425,8 @@ fn protocols_and_ciphers() {
             Some("TLS_CHACHA20_POLY1305_SHA256"),
             "TLSv1.3/TLS_CHACHA20_POLY1305_SHA256/ECDH=",
         ),
+        // An old pgbouncer.ini: rustls has no TLS 1.0, and 1.2 is the nearest.
+        ("tlsv1.0", "default", None, "TLSv1.2/"),
     ];
     for (protocols, ciphers, tls13, want) in cases {
         let mut b = weir_to(&pg, "127.0.0.1", "require")
@@ -441,6 +443,13 @@ fn protocols_and_ciphers() {
             tls.len() == 1 && tls[0].starts_with(want),
             "{want}: {tls:?}"
         );
+        if protocols == "tlsv1.0" {
+            assert!(
+                weir.log().contains("server_tls_protocols: tlsv1.0 not supported (rustls speaks TLS 1.2 and 1.3 only); TLS 1.2 is used instead"),
+                "{}",
+                weir.log_tail()
+            );
+        }
     }
     let mut weir = weir_to(&pg, "127.0.0.1", "require")
         .set("server_tls_ciphers", "ECDHE-RSA-AES128-GCM-SHA257")

@@ -170,9 +170,26 @@ fn take_suites(
 }
 
 /// `*_tls_protocols`: `secure` (TLS 1.2 and 1.3), `all`, `legacy`, or a list of
-/// `tlsv1.0` .. `tlsv1.3` (rustls has no 1.0 and 1.1: named alone they are an error).
+/// `tlsv1.0` .. `tlsv1.3`. rustls has no 1.0 and 1.1: a list naming only those (an old
+/// pgbouncer.ini) gets TLS 1.2, the nearest it speaks, rather than a configuration that
+/// will not load; `protocol_notices` says so in the log.
 pub fn protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
+    let (mut v, too_old) = parse_protocols(spec)?;
+    if v.is_empty() {
+        if too_old.is_empty() {
+            return Err(format!("no TLS protocol Weir supports in \"{spec}\""));
+        }
+        v.push(&rustls::version::TLS12);
+    }
+    Ok(v)
+}
+
+/// The versions named that rustls speaks, and those it does not (TLS 1.0, 1.1).
+fn parse_protocols(
+    spec: &str,
+) -> Result<(Vec<&'static SupportedProtocolVersion>, Vec<&str>), String> {
     let mut v: Vec<&'static SupportedProtocolVersion> = Vec::new();
+    let mut too_old = Vec::new();
     for item in spec
         .split([',', ':', ' '])
         .map(str::trim)
@@ -184,19 +201,38 @@ pub fn protocols(spec: &str) -> Result<Vec<&'static SupportedProtocolVersion>, S
             }
             "tlsv1.2" => v.push(&rustls::version::TLS12),
             "tlsv1.3" => v.push(&rustls::version::TLS13),
-            "tlsv1.0" | "tlsv1.1" => {
-                tracing::warn!(
-                    "{item} is not supported (TLS 1.2 is the oldest version Weir speaks)"
-                );
-            }
+            "tlsv1.0" | "tlsv1.1" => too_old.push(item),
             other => return Err(format!("unknown TLS protocol: {other}")),
         }
     }
     v.dedup_by_key(|p| p.version);
-    if v.is_empty() {
-        return Err(format!("no TLS protocol Weir supports in \"{spec}\""));
+    Ok((v, too_old))
+}
+
+/// What the log says of TLS versions named that rustls does not speak, once per load.
+pub fn protocol_notices(g: &weir_config::General) -> Vec<String> {
+    let mut notices = Vec::new();
+    for (option, spec) in [
+        ("client_tls_protocols", &g.client_tls_protocols),
+        ("server_tls_protocols", &g.server_tls_protocols),
+    ] {
+        let Ok((v, too_old)) = parse_protocols(spec) else {
+            continue;
+        };
+        if too_old.is_empty() {
+            continue;
+        }
+        let instead = if v.is_empty() {
+            "TLS 1.2 is used instead"
+        } else {
+            "left out"
+        };
+        notices.push(format!(
+            "{option}: {} not supported (rustls speaks TLS 1.2 and 1.3 only); {instead}",
+            too_old.join(", ")
+        ));
     }
-    Ok(v)
+    notices
 }
 
 pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -279,7 +315,10 @@ mod tests {
         assert_eq!(protocols("secure").expect("secure").len(), 2);
         assert_eq!(protocols("tlsv1.3").expect("1.3").len(), 1);
         assert_eq!(protocols("tlsv1.2,tlsv1.3").expect("both").len(), 2);
-        assert!(protocols("tlsv1.1").is_err());
+        let nearest = protocols("tlsv1.0").expect("1.0 alone gets 1.2");
+        assert!(nearest.len() == 1 && nearest[0].version == rustls::ProtocolVersion::TLSv1_2);
+        assert_eq!(protocols("tlsv1.1,tlsv1.3").expect("1.3").len(), 1);
+        assert!(protocols("sslv3").is_err());
         assert!(protocols("sslv3").is_err());
     }
 }
