@@ -529,6 +529,11 @@ fn pool_settings(
             },
             slow: g.pipeline_slow_query,
         },
+        prepared_cap: if snap.pool_mode(db, server_user) == PoolMode::Session {
+            0
+        } else {
+            g.max_prepared_statements.min(u16::MAX.into()) as u16
+        },
         split: splits(snap, db, server_user)
             .then(|| crate::split::entry(name, db.max_replica_lag.unwrap_or(g.max_replica_lag))),
     }

@@ -791,3 +791,33 @@ async fn futures_join_all<F: std::future::Future>(fs: impl Iterator<Item = F>) -
     .await;
     out.into_iter().flatten().collect()
 }
+
+/// A runtime `SET max_prepared_statements` reaches clients already connected, at their
+/// next transaction, as PgBouncer's does: a statement prepared after it is found on a
+/// server the client has not used before (here: after RECONNECT closed the one it had).
+#[test]
+fn a_runtime_set_of_max_prepared_statements_reaches_connected_clients() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("max_prepared_statements", 0)
+        .set("admin_users", "postgres")
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    assert_eq!(c.query_one("select 1"), "1");
+    let mut console =
+        RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).expect("console login");
+    common::console::ok(&mut console, "SET max_prepared_statements = 10");
+    // The transaction that ends after the SET is where the client takes it up.
+    assert_eq!(c.query_one("select 2"), "2");
+    c.send(&[parse("s1", "select 42"), sync()].concat());
+    assert_eq!(replies(&mut c), ["1", "Z"]);
+    common::console::ok(&mut console, "RECONNECT postgres");
+    assert!(
+        eventually(TIMEOUT, || pg.count_backends("postgres") <= 1),
+        "RECONNECT left the idle server open"
+    );
+    c.send(&run_prepared("s1"));
+    assert_eq!(replies(&mut c), ["2", "T 1", "D [Some(\"42\")]", "C", "Z"]);
+}

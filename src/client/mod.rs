@@ -471,7 +471,12 @@ impl Session {
         }
         match event {
             Event::Idle => {
-                let always = held.pool().settings().server_reset_query_always;
+                let settings = held.pool().settings();
+                let always = settings.server_reset_query_always;
+                if self.mode != PoolMode::Session {
+                    self.follow_prepared_cap(settings.prepared_cap);
+                }
+                drop(settings);
                 if !held.passengers.is_empty() {
                     // Straight to the client whose request runs next on it (the server
                     // holds its settings, so nothing is reset).

@@ -208,6 +208,19 @@ impl Session {
         }
     }
 
+    /// A change of max_prepared_statements (the console's SET, RELOAD) reaches a connected
+    /// client between its transactions, as PgBouncer's reaches its clients. A client whose
+    /// statements are tracked keeps tracking them though it is set to 0: the names on its
+    /// servers are Weir's, and its own would no longer be found.
+    pub(super) fn follow_prepared_cap(&mut self, cap: u16) {
+        if cap == self.prepared_cap
+            || cap == 0 && statements(&mut self.extras).is_some_and(|p| !p.names.is_empty())
+        {
+            return;
+        }
+        self.prepared_cap = cap;
+    }
+
     /// Answers a request that needs no server (see `rewrite::answer_alone`), leaving the
     /// reply in the output buffer. False when it needs one.
     pub(super) fn answer_alone(&mut self) -> bool {

@@ -140,7 +140,7 @@ impl Session {
             prepared_cap: if mode == PoolMode::Session {
                 0
             } else {
-                general.max_prepared_statements.min(u16::MAX.into()) as u16
+                pool.settings().prepared_cap
             },
             exchange: Exchange::fresh(),
             shutting_down: false,

@@ -35,6 +35,9 @@ pub struct PoolSettings {
     pub split: Option<Arc<crate::split::Entry>>,
     /// Pipelined transaction pooling (see pipeline); depth 0 in session mode.
     pub pipeline: PipelineSettings,
+    /// max_prepared_statements for the pool's clients; 0 in session mode, where a client
+    /// keeps its server and its statements need no tracking.
+    pub prepared_cap: u16,
 }
 
 impl Pool {
