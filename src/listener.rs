@@ -98,6 +98,13 @@ static CLOSE_TCP: std::sync::LazyLock<tokio_util::sync::CancellationToken> =
 /// once (Linux), whichever thread is polling it.
 pub fn close_tcp() {
     CLOSE_TCP.cancel();
+    // Another process of an online restart (the new one, or the previous one, which
+    // accepts again should this one die) has the same sockets: only this process's
+    // copies may go, with its accept loops.
+    use crate::registry::handover;
+    if handover::sockets_shared() || handover::predecessor_running() {
+        return;
+    }
     for &fd in open_tcp().iter() {
         // SAFETY: a listening socket of ours, still open: it leaves this list before it
         // is closed (Listener's drop), under the same lock.

@@ -113,7 +113,8 @@ pub fn close_needed(server_id: u64) -> bool {
 pub enum ShutdownMode {
     /// Exit now (plain SHUTDOWN).
     Immediate,
-    /// Let every client finish its transaction, then exit (like SIGINT).
+    /// Release the queue, let every client finish its transaction (in session mode, its
+    /// session), then exit (SIGINT).
     WaitForServers,
     /// Take no new clients; exit once the connected ones have left.
     WaitForClients,
