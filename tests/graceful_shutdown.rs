@@ -276,7 +276,7 @@ fn assert_tcp_closed(weir: &Weir, after: &str) {
         )
     };
     assert!(
-        eventually(Duration::from_secs(2), refused),
+        eventually(Duration::from_secs(5), refused),
         "TCP still accepts after {after}\n{}",
         weir.log_tail()
     );
