@@ -43,6 +43,7 @@ use std::time::Duration;
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 
+use admin::control::ShutdownMode;
 use app::{App, Snapshot};
 use weir_config::SigtermShutdown;
 
@@ -207,6 +208,7 @@ pub fn run() -> ExitCode {
         cli::remove_pidfile_if_ours(p);
     }
     takeover::remove_control_file();
+    listener::remove_socket_file();
     // Open connections are not worth an orderly teardown once we are exiting, and the main
     // runtime is not shut down at all: its time driver holds the workers' timers too
     // (`timers`), and shutting it down would fail every one of them, as a panic on a worker
@@ -329,9 +331,9 @@ async fn serve(
                 }
                 mode = admin::shutdown_requested() => match mode {
                     // SHUTDOWN: exit now, as SIGQUIT.
-                    admin::control::ShutdownMode::Immediate => break false,
-                    // WAIT_FOR_SERVERS (shutdown token already cancelled, as SIGINT) and
-                    // WAIT_FOR_CLIENTS (new clients refused): wait for the clients to leave.
+                    ShutdownMode::Immediate => break false,
+                    // WAIT_FOR_SERVERS (as SIGINT) and WAIT_FOR_CLIENTS (new clients
+                    // refused): wait for the clients to leave.
                     _ => break true,
                 },
                 _ = int.recv() => {
@@ -352,7 +354,7 @@ async fn serve(
                         }
                         SigtermShutdown::WaitForClients => {
                             tracing::info!("got SIGTERM, shutting down when the clients have left");
-                            let _ = admin::control::shutdown(&app, "WAIT_FOR_CLIENTS");
+                            admin::control::begin_shutdown(&app, ShutdownMode::WaitForClients);
                         }
                     }
                     break true;
@@ -370,7 +372,7 @@ async fn serve(
         if !graceful {
             return ExitCode::SUCCESS;
         }
-        if let Some(code) = drain(&app, &mut term, &mut quit).await {
+        if let Some(code) = drain(&app, &mut int, &mut term, &mut quit).await {
             return code;
         }
     }
@@ -380,16 +382,17 @@ async fn serve(
 /// the listeners close, /readyz turns 503, and every client leaves as soon as it holds no
 /// server in a transaction.
 fn safe_shutdown(app: &App) {
-    app.shutdown.cancel();
-    client::begin_shutdown();
+    admin::control::begin_shutdown(app, ShutdownMode::WaitForServers);
 }
 
 /// Waits for the clients to leave, for at most `shutdown_drain_timeout` (read now: a
 /// reload may have changed it); then the rest are told "pooler is shutting down" and
-/// closed. A SIGTERM or SIGQUIT meanwhile exits at once, as in PgBouncer 1.23+. None
-/// when the process serves again instead (the new process of an online restart died).
+/// closed. A SIGINT, SIGTERM or SIGQUIT meanwhile exits at once, as in PgBouncer 1.23+,
+/// and so does the console's SHUTDOWN. None when the process serves again instead (the
+/// new process of an online restart died).
 async fn drain(
     app: &App,
+    int: &mut tokio::signal::unix::Signal,
     term: &mut tokio::signal::unix::Signal,
     quit: &mut tokio::signal::unix::Signal,
 ) -> Option<ExitCode> {
@@ -402,7 +405,14 @@ async fn drain(
     loop {
         // After an online restart, clients still on their way to the new process count,
         // and so does a previous process still running (it may send clients here yet).
-        let n = app.clients.load(Ordering::Relaxed)
+        // Console sessions do not hold up a shutdown: the operator watches it through
+        // them. After an online restart they do (they finish on this process).
+        let consoles = if admin::control::shutdown_mode().is_some() {
+            admin::sessions::count()
+        } else {
+            0
+        };
+        let n = app.clients.load(Ordering::Relaxed).saturating_sub(consoles)
             + takeover::in_flight()
             + usize::from(takeover::predecessor_running());
         if n == 0 {
@@ -429,6 +439,14 @@ async fn drain(
         tokio::select! {
             _ = crate::timers::sleep(Duration::from_millis(50)) => {}
             () = takeover::resumed() => return None,
+            _ = int.recv() => {
+                tracing::info!("got SIGINT during shutdown, fast exit");
+                return Some(ExitCode::SUCCESS);
+            }
+            () = admin::control::shutdown_now_requested() => {
+                tracing::info!("SHUTDOWN during shutdown, fast exit");
+                return Some(ExitCode::SUCCESS);
+            }
             _ = term.recv() => {
                 tracing::info!("got SIGTERM during shutdown, fast exit");
                 return Some(ExitCode::SUCCESS);

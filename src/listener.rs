@@ -22,8 +22,20 @@ pub enum StdListener {
 impl StdListener {
     pub fn into_tokio(self) -> std::io::Result<Listener> {
         Ok(match self {
-            StdListener::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
-            StdListener::Unix(l, path) => Listener::Unix(UnixListener::from_std(l)?, path),
+            StdListener::Tcp(l) => {
+                let l = TcpListener::from_std(l)?;
+                if !SYSTEMD_SOCKETS.load(std::sync::atomic::Ordering::Relaxed) {
+                    use std::os::fd::AsRawFd;
+                    open_tcp().push(l.as_raw_fd());
+                }
+                Listener::Tcp(l)
+            }
+            StdListener::Unix(l, path) => {
+                if let Some(p) = &path {
+                    *SOCKET_FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
+                }
+                Listener::Unix(UnixListener::from_std(l)?, path)
+            }
         })
     }
 }
@@ -35,6 +47,12 @@ pub enum Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        if let Listener::Tcp(l) = self {
+            // Before the descriptor is closed, so `close_tcp` never reaches a reused one.
+            use std::os::fd::AsRawFd;
+            let fd = l.as_raw_fd();
+            open_tcp().retain(|&f| f != fd);
+        }
         if let Listener::Unix(_, Some(path)) = self {
             // After an online restart the socket (and its file) is the new process's.
             if !crate::registry::handover::keeps_socket_files() {
@@ -66,6 +84,56 @@ pub fn stop_accepting() {
 /// Accept loops started from now on run until the next `stop_accepting`.
 pub fn resume_accepting() {
     *stop_slot() = Some(Default::default());
+}
+
+/// Cancelled when a graceful shutdown begins: the TCP accept loops end, and with them
+/// their sockets (see admin::control::begin_shutdown). Never reset: a shutdown is not
+/// taken back.
+static CLOSE_TCP: std::sync::LazyLock<tokio_util::sync::CancellationToken> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Stops every TCP listener now, not when its accept loop next runs: a connection coming
+/// in the meantime would be accepted and then refused, where a `so_reuseport` peer
+/// could have served it. shutdown(2) on a listening socket takes it out of the port at
+/// once (Linux), whichever thread is polling it.
+pub fn close_tcp() {
+    CLOSE_TCP.cancel();
+    // Another process of an online restart (the new one, or the previous one, which
+    // accepts again should this one die) has the same sockets: only this process's
+    // copies may go, with its accept loops.
+    use crate::registry::handover;
+    if handover::sockets_shared() || handover::predecessor_running() {
+        return;
+    }
+    for &fd in open_tcp().iter() {
+        // SAFETY: a listening socket of ours, still open: it leaves this list before it
+        // is closed (Listener's drop), under the same lock.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    }
+}
+
+/// The TCP listeners being accepted on. Not systemd's sockets: shutdown(2) would end
+/// them for systemd too, which keeps them for the service's next start.
+static OPEN_TCP: std::sync::Mutex<Vec<std::os::fd::RawFd>> = std::sync::Mutex::new(Vec::new());
+
+fn open_tcp() -> std::sync::MutexGuard<'static, Vec<std::os::fd::RawFd>> {
+    OPEN_TCP.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Set when the sockets came from systemd (see `from_systemd`).
+static SYSTEMD_SOCKETS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The Unix socket file this process made (None when systemd passed the socket), removed
+/// at exit: the accept loops are still running then, and their drop never comes.
+static SOCKET_FILE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+pub fn remove_socket_file() {
+    let path = SOCKET_FILE.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(path) = path {
+        if !crate::registry::handover::keeps_socket_files() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// A socket bound but not yet listening.
@@ -270,6 +338,7 @@ pub fn from_systemd(workers: usize) -> Result<Option<Vec<Vec<StdListener>>>, Str
     for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
         std::env::remove_var(var);
     }
+    SYSTEMD_SOCKETS.store(true, std::sync::atomic::Ordering::Relaxed);
     let workers = workers.max(1);
     let mut per_worker: Vec<Vec<StdListener>> = (0..workers).map(|_| Vec::new()).collect();
     for fd in 3..3 + n {
@@ -293,7 +362,9 @@ pub fn from_systemd(workers: usize) -> Result<Option<Vec<Vec<StdListener>>>, Str
     Ok(Some(per_worker))
 }
 
-/// Accepts until shutdown; each client gets its own task.
+/// Accepts until the process stops accepting (online restart), or, on TCP, until a
+/// graceful shutdown begins; each client gets its own task. The Unix socket accepts
+/// through a shutdown, for the admin console.
 pub async fn run(app: Arc<App>, console: crate::client::Console, listener: Listener) {
     // A socket bound to one address has that address as every connection's local end, so
     // only a wildcard bind needs getsockname per connection.
@@ -308,9 +379,15 @@ pub async fn run(app: Arc<App>, console: crate::client::Console, listener: Liste
     };
     loop {
         let tcp = crate::tcp_options::TcpOptions::from_config(&app.snapshot.load().config.general);
+        let closing = async {
+            match &listener {
+                Listener::Tcp(_) => CLOSE_TCP.cancelled().await,
+                Listener::Unix(..) => std::future::pending().await,
+            }
+        };
         let accepted = tokio::select! {
             biased;
-            _ = app.shutdown.cancelled() => return,
+            () = closing => return,
             _ = stop.cancelled() => return,
             r = accept(&listener, &tcp) => r,
         };
@@ -325,6 +402,8 @@ pub async fn run(app: Arc<App>, console: crate::client::Console, listener: Liste
                     local,
                 ));
             }
+            // The socket was shut down by `close_tcp`: the loop ends on its next turn.
+            Err(_) if CLOSE_TCP.is_cancelled() => {}
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::warn!("accept failed: {e}");

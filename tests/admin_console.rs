@@ -906,33 +906,7 @@ fn shutdown_stops_the_process() {
     );
 }
 
-#[test]
-fn shutdown_wait_for_clients_refuses_new_ones_and_waits() {
-    let pg = PgServer::start();
-    let mut weir = start(&pg, "session");
-    let mut c = client(&weir, "last");
-    assert_eq!(c.query_one("select 1"), "1");
-    let mut a = admin(&weir, "postgres");
-    assert_eq!(
-        ok(&mut a, "SHUTDOWN WAIT_FOR_CLIENTS").tags,
-        vec!["SHUTDOWN"]
-    );
-    let e = RawConn::startup(weir.port(), "postgres", "postgres", &[])
-        .err()
-        .expect("a new client got in during SHUTDOWN WAIT_FOR_CLIENTS");
-    assert_eq!(e.message, "pooler is shutting down");
-    // The connected client keeps working, and Weir waits for it.
-    assert_eq!(c.query_one("select 2"), "2");
-    assert!(
-        weir.wait_exit(Duration::from_millis(500)).is_none(),
-        "exited with a client left"
-    );
-    c.send(&proto::terminate());
-    assert!(
-        weir.wait_exit(TIMEOUT).is_some(),
-        "weir did not exit after the last client left"
-    );
-}
+// SHUTDOWN WAIT_FOR_CLIENTS and WAIT_FOR_SERVERS: tests/graceful_shutdown.rs.
 
 #[test]
 fn suspend_holds_queries_and_is_undone_when_the_admin_leaves() {

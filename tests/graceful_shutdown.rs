@@ -1,7 +1,11 @@
 //! Shutdown for supervisors: systemd's Type=notify (READY, RELOADING, STOPPING through
 //! NOTIFY_SOCKET) and SIGTERM as Kubernetes sends it (`shutdown_on_sigterm`,
-//! `shutdown_drain_timeout`). SIGTERM's default, an immediate exit, is also checked in
-//! tests/signals.rs.
+//! `shutdown_drain_timeout`); and what a graceful shutdown leaves open, as PgBouncer
+//! 1.23+: the TCP listeners close (a `so_reuseport` peer takes the new clients), the Unix
+//! socket stays for the admin console, queued clients are released and session-mode
+//! clients keep their session (PgBouncer's test_misc.py: test_shutdown_wait_for_servers,
+//! test_shutdown_wait_for_clients, test_repeated_sigint,
+//! test_already_paused_client_during_wait_for_servers_shutdown).
 
 // Tests run on their own runtime, which has a time driver (clippy.toml is for Weir's
 // workers).
@@ -9,6 +13,7 @@
 
 mod common;
 
+use common::console::ok;
 use common::*;
 use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
@@ -66,15 +71,18 @@ fn notify_socket_gets_ready_reloading_and_stopping() {
     assert_eq!(next_notice(&sock), "READY=1", "after the reload");
     assert_eq!(c.query_one("select 2"), "2");
 
+    // A session-mode client would hold the safe shutdown up (its server is its own).
+    drop(c);
     weir.signal(libc::SIGINT);
     assert_eq!(next_notice(&sock), "STOPPING=1");
     assert!(weir.wait_exit(TIMEOUT).is_some(), "{}", weir.log_tail());
 }
 
-/// An abstract socket ('@' in NOTIFY_SOCKET); SIGTERM by default still exits at once,
-/// open transaction or not (PgBouncer 1.18 and Weir until now), after STOPPING=1.
+/// An abstract socket ('@' in NOTIFY_SOCKET); SIGTERM with `shutdown_on_sigterm =
+/// immediate` exits at once, open transaction or not (PgBouncer up to 1.22), after
+/// STOPPING=1.
 #[test]
-fn abstract_notify_socket_and_default_sigterm_exits_at_once() {
+fn abstract_notify_socket_and_immediate_sigterm() {
     use std::os::linux::net::SocketAddrExt;
     let pg = PgServer::start();
     let name = format!("weir-test-notify-{}-{}", std::process::id(), free_port());
@@ -83,6 +91,7 @@ fn abstract_notify_socket_and_default_sigterm_exits_at_once() {
     sock.set_read_timeout(Some(TIMEOUT)).unwrap();
     let mut weir = Weir::for_pg(&pg)
         .set("pool_mode", "transaction")
+        .set("shutdown_on_sigterm", "immediate")
         .env("NOTIFY_SOCKET", &format!("@{name}"))
         .start();
     assert_eq!(next_notice(&sock), "READY=1", "{}", weir.log_tail());
@@ -93,7 +102,7 @@ fn abstract_notify_socket_and_default_sigterm_exits_at_once() {
     assert_eq!(next_notice(&sock), "STOPPING=1");
     assert!(
         weir.wait_exit(Duration::from_secs(5)).is_some(),
-        "the default SIGTERM waited for the open transaction\n{}",
+        "an immediate SIGTERM waited for the open transaction\n{}",
         weir.log_tail()
     );
 }
@@ -211,34 +220,21 @@ fn sigterm_drain_timeout_closes_open_transaction() {
     assert_eq!(pg.psql("select count(*) from t"), "0");
 }
 
-/// `shutdown_on_sigterm = wait_for_clients` is PgBouncer 1.23+'s "super safe shutdown":
-/// new logins are refused, connected clients keep being served until they leave; a
-/// second SIGTERM exits at once.
+/// SIGTERM by default is PgBouncer 1.23+'s "super safe shutdown" (SHUTDOWN
+/// WAIT_FOR_CLIENTS): the TCP port refuses new connections, connected clients keep being
+/// served until they leave; a second SIGTERM exits at once.
 #[test]
-fn sigterm_wait_for_clients_serves_connected_clients() {
+fn sigterm_by_default_waits_for_clients() {
     let pg = PgServer::start();
-    let mut weir = Weir::for_pg(&pg)
-        .set("pool_mode", "transaction")
-        .set("shutdown_on_sigterm", "wait_for_clients")
-        .start();
+    let mut weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
     let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     c.query_one("select 1");
     weir.signal(libc::SIGTERM);
-    std::thread::sleep(Duration::from_millis(500));
+    assert_tcp_closed(&weir, "SIGTERM");
+    std::thread::sleep(Duration::from_millis(300));
     assert!(weir.is_running(), "exited with a client connected");
-    if TcpStream::connect(("127.0.0.1", weir.port())).is_ok() {
-        let e = RawConn::startup(weir.port(), "postgres", "postgres", &[])
-            .err()
-            .expect("a new client logged in after SIGTERM");
-        assert_eq!(e.code, "57P01", "{e:?}");
-    }
     assert_eq!(c.query_one("select 'still served'"), "still served");
-    weir.signal(libc::SIGTERM);
-    assert!(
-        weir.wait_exit(Duration::from_secs(5)).is_some(),
-        "a second SIGTERM did not exit at once\n{}",
-        weir.log_tail()
-    );
+    second_signal_exits_at_once(&mut weir, libc::SIGTERM);
 }
 
 /// SIGQUIT exits at once whatever `shutdown_on_sigterm` says, open transaction or not
@@ -258,4 +254,214 @@ fn sigquit_exits_at_once_even_when_sigterm_drains() {
         .wait_exit(Duration::from_secs(5))
         .unwrap_or_else(|| panic!("SIGQUIT did not exit at once\n{}", weir.log_tail()));
     assert!(st.success(), "exit status {st}");
+}
+
+/// A signal repeated during a graceful shutdown exits at once, as in PgBouncer 1.23+.
+fn second_signal_exits_at_once(weir: &mut Weir, sig: i32) {
+    weir.signal(sig);
+    assert!(
+        weir.wait_exit(Duration::from_secs(5)).is_some(),
+        "a second signal {sig} did not exit at once\n{}",
+        weir.log_tail()
+    );
+}
+
+/// Weir's TCP port refuses connections (the kernel's answer, not a FATAL from Weir).
+fn assert_tcp_closed(weir: &Weir, after: &str) {
+    let port = weir.port();
+    let refused = || {
+        matches!(
+            TcpStream::connect(("127.0.0.1", port)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(5), refused),
+        "TCP still accepts after {after}\n{}",
+        weir.log_tail()
+    );
+}
+
+/// `sql` through Weir's Unix socket, as `postgres`.
+fn over_unix(weir: &Weir, db: &str, sql: &str) -> Result<String, String> {
+    let dir = weir.dir().display().to_string();
+    psql_at(&dir, weir.port(), db, "postgres", None, sql)
+}
+
+fn console(weir: &Weir) -> RawConn {
+    RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
+}
+
+/// SHUTDOWN WAIT_FOR_CLIENTS: the TCP port refuses new connections at once; the Unix
+/// socket takes console logins (and no other), the console that asked stays; the
+/// connected client is served until it leaves, and then Weir exits, console sessions or
+/// not, and removes its socket file.
+#[test]
+fn wait_for_clients_closes_tcp_and_keeps_the_console() {
+    let pg = PgServer::start();
+    let mut weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    let mut a = console(&weir);
+    assert_eq!(
+        ok(&mut a, "SHUTDOWN WAIT_FOR_CLIENTS").tags,
+        vec!["SHUTDOWN"]
+    );
+
+    assert_tcp_closed(&weir, "SHUTDOWN WAIT_FOR_CLIENTS");
+    let version = over_unix(&weir, "pgbouncer", "SHOW VERSION")
+        .unwrap_or_else(|e| panic!("console over the Unix socket: {e}"));
+    assert!(version.contains("PgBouncer"), "{version}");
+    let e = over_unix(&weir, "postgres", "select 1").expect_err("a client logged in");
+    assert!(e.contains("pooler is shutting down"), "{e}");
+    assert_eq!(ok(&mut a, "SHOW STATE").get("key", "paused", "value"), "no");
+    assert_eq!(c.query_one("select 'still served'"), "still served");
+    assert!(
+        weir.wait_exit(Duration::from_millis(500)).is_none(),
+        "exited with a client left"
+    );
+
+    c.send(&proto::terminate());
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "the console session held the process up\n{}",
+        weir.log_tail()
+    );
+    assert!(!weir.socket_path().exists(), "socket file left behind");
+}
+
+/// SIGINT (SHUTDOWN WAIT_FOR_SERVERS): TCP refused, the console reachable over the Unix
+/// socket, and a session-mode client keeps its session (PgBouncer waits for its server);
+/// a second SIGINT exits at once.
+#[test]
+fn sigint_keeps_session_clients_and_the_console() {
+    let pg = PgServer::start();
+    let mut weir = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("admin_users", "postgres")
+        .start();
+    let mut s = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    s.simple_query("create temp table mine (x int)").unwrap();
+    s.simple_query("insert into mine values (7)").unwrap();
+
+    weir.signal(libc::SIGINT);
+    assert_tcp_closed(&weir, "SIGINT");
+    let clients = over_unix(&weir, "pgbouncer", "SHOW CLIENTS")
+        .unwrap_or_else(|e| panic!("console over the Unix socket: {e}"));
+    assert!(!clients.is_empty(), "SHOW CLIENTS: {clients:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        s.query_one("select x from mine"),
+        "7",
+        "the session was cut"
+    );
+    assert!(weir.is_running(), "exited with a session-mode client");
+
+    second_signal_exits_at_once(&mut weir, libc::SIGINT);
+}
+
+/// A client queued for a server when SHUTDOWN WAIT_FOR_SERVERS comes is released at once
+/// (FATAL "server shutting down", as PgBouncer's janitor closes it), while the client
+/// holding the server finishes its transaction; then Weir exits.
+#[test]
+fn wait_for_servers_releases_a_queued_client() {
+    let pg = PgServer::start();
+    pg.exec("create table t (x int)");
+    let mut weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    let mut a = console(&weir);
+    let mut busy = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    busy.simple_query("begin").unwrap();
+    busy.simple_query("insert into t values (1)").unwrap();
+    let mut queued = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    queued.send(&proto::query("insert into t values (2)"));
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            ok(&mut a, "SHOW POOLS").num("database", "postgres", "cl_waiting") == 1
+        }),
+        "the second client never queued"
+    );
+
+    assert_eq!(
+        ok(&mut a, "SHUTDOWN WAIT_FOR_SERVERS").tags,
+        vec!["SHUTDOWN"]
+    );
+    queued.set_read_timeout(Duration::from_secs(3));
+    let e = queued
+        .error_or_eof()
+        .expect("the queued client was closed without an error");
+    assert_eq!(
+        (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+        ("FATAL", "08P01", "server shutting down")
+    );
+    assert!(weir.is_running(), "exited with a transaction open");
+    busy.simple_query("insert into t values (3)").unwrap();
+    busy.simple_query("commit").unwrap();
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "weir did not exit after the last transaction\n{}",
+        weir.log_tail()
+    );
+    assert_eq!(
+        pg.psql("select string_agg(x::text, ',' order by x) from t"),
+        "1,3"
+    );
+}
+
+/// The rolling restart PgBouncer documents: two processes on one port with
+/// `so_reuseport`; once one is told SHUTDOWN WAIT_FOR_CLIENTS, every new client lands on
+/// the other, while the first still serves the client it has.
+#[test]
+fn so_reuseport_peer_takes_new_clients_during_wait_for_clients() {
+    let pg = PgServer::start();
+    let port = free_port();
+    let peer = || {
+        Weir::for_pg(&pg)
+            .listen_on(port)
+            .set("pool_mode", "transaction")
+            .set("so_reuseport", 1)
+            .set("admin_users", "postgres")
+            .start()
+    };
+    let mut old = peer();
+    // On the old process: the new one does not listen yet.
+    let mut kept = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
+    kept.query_one("select 1");
+    let new = peer();
+    over_unix(&old, "pgbouncer", "SHUTDOWN WAIT_FOR_CLIENTS").unwrap();
+
+    let mut failures = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..40 {
+        match RawConn::startup(port, "postgres", "postgres", &[]) {
+            Ok(mut c) => {
+                assert_eq!(c.query_one("select 1"), "1");
+                conns.push(c);
+            }
+            Err(e) => failures.push(e.message),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "refused during the restart: {failures:?}"
+    );
+    assert_eq!(kept.query_one("select 'kept'"), "kept");
+    assert!(old.is_running(), "the old process left its client");
+    let on_new = over_unix(&new, "pgbouncer", "SHOW CLIENTS").unwrap();
+    assert!(
+        on_new.lines().count() >= 40,
+        "the new process has {} clients\n{on_new}",
+        on_new.lines().count()
+    );
+    drop(conns);
+    kept.send(&proto::terminate());
+    assert!(
+        old.wait_exit(TIMEOUT).is_some(),
+        "the old process did not exit once its clients left\n{}",
+        old.log_tail()
+    );
 }

@@ -3,8 +3,8 @@
 //! which the data path consults through small hooks:
 //!
 //! * the pause/suspend/disable state lives in `pool::gates` (a checkout waits on it there);
-//! * [`login_refusal`] at login: a disabled database (or a pooler shutting down with
-//!   WAIT_FOR_CLIENTS) takes no new client;
+//! * [`login_refusal`] at login: a disabled database (or a pooler shutting down
+//!   gracefully) takes no new client;
 //! * each client's kill token (`ClientInfo::kill`), which its session task selects on.
 
 use std::collections::HashSet;
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::app::{App, Snapshot};
 pub use crate::pool::gates::{
-    close_needed, is_disabled, is_paused, mode, shutdown_mode, shutdown_requested, Mode,
-    ShutdownMode,
+    close_needed, is_disabled, is_paused, mode, shutdown_mode, shutdown_now_requested,
+    shutdown_requested, Mode, ShutdownMode,
 };
 use crate::pool::gates::{state, sync_gates, wake_resumed, SHUTDOWN};
 use crate::pool::Pool;
@@ -438,14 +438,38 @@ pub fn shutdown(app: &App, arg: &str) -> Result<ShutdownMode, String> {
     match mode {
         ShutdownMode::Immediate => tracing::info!("SHUTDOWN command issued"),
         ShutdownMode::WaitForServers => {
-            tracing::info!("SHUTDOWN WAIT_FOR_SERVERS command issued");
-            app.shutdown.cancel();
-            crate::client::begin_shutdown();
+            tracing::info!("SHUTDOWN WAIT_FOR_SERVERS command issued")
         }
         ShutdownMode::WaitForClients => {
             tracing::info!("SHUTDOWN WAIT_FOR_CLIENTS command issued")
         }
     }
-    SHUTDOWN.send_replace(Some(mode));
+    begin_shutdown(app, mode);
     Ok(mode)
+}
+
+/// Starts a shutdown, from the console or a signal. A graceful one closes the TCP
+/// listeners at once, as PgBouncer 1.23+ does: new connections are refused, so that the
+/// kernel gives them to another process on the port (`so_reuseport`), the rolling
+/// restart PgBouncer documents. The Unix socket keeps accepting, for the admin console
+/// only (`login_refusal`). The online-restart offer goes too: it holds copies of the
+/// listening sockets, which would otherwise stay open and queue connections nobody
+/// accepts.
+pub fn begin_shutdown(app: &App, mode: ShutdownMode) {
+    if mode != ShutdownMode::Immediate {
+        crate::listener::close_tcp();
+        crate::takeover::withdraw();
+    }
+    if mode == ShutdownMode::WaitForServers {
+        app.shutdown.cancel();
+        crate::client::begin_shutdown();
+    }
+    // WAIT_FOR_CLIENTS after WAIT_FOR_SERVERS does not take back what the latter began.
+    SHUTDOWN.send_if_modified(|m| {
+        let keep = *m == Some(ShutdownMode::WaitForServers) && mode == ShutdownMode::WaitForClients;
+        if !keep {
+            *m = Some(mode);
+        }
+        !keep
+    });
 }

@@ -186,11 +186,8 @@ impl Console {
                     let _ = stream.write_all(&crate::stats::error_response(&PgError::fatal("08P01", reason))).await;
                     return reason;
                 }
-                _ = self.app.shutdown.cancelled() => {
-                    let _ = stream.write_all(&crate::stats::error_response(&PgError::fatal("57P01", "pooler is shutting down"))).await;
-                    return "shutdown";
-                }
-                _ = control::shutdown_requested() => return "shutdown",
+                // A graceful shutdown keeps the console: the operator watches it from here.
+                () = control::shutdown_now_requested() => return "shutdown",
             };
             let Ok(msg) = msg else {
                 return "client gone";

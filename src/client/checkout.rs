@@ -13,7 +13,7 @@ use super::{relay, route, Session, INTERNAL_QUERY_TIMEOUT};
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::messages::{self, quote_literal};
 use crate::protocol::PgError;
-use crate::registry::clients::{CancelTarget, CANCEL, WAIT_NOTIFY, WAIT_TIMEOUT};
+use crate::registry::clients::{CancelTarget, CANCEL, STOP, WAIT_NOTIFY, WAIT_TIMEOUT};
 use crate::server::welcome::Welcome;
 
 impl Session {
@@ -75,9 +75,19 @@ impl Session {
         let mut cancel_late = false;
         // Meanwhile nothing more goes behind its request, which the cancel could hit.
         let mut hold_boarding = None;
+        // A safe shutdown empties the queue, as PgBouncer's WAIT_FOR_SERVERS does (it
+        // pauses the pools and closes their waiting clients, in every pool mode).
+        let mut heed_stop = true;
         loop {
             tokio::select! {
-                signals = me.wait_signals() => {
+                signals = me.wait_signals(heed_stop) => {
+                    if signals & STOP != 0 && super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed) {
+                        heed_stop = false;
+                        if me.withdraw() {
+                            me.set_idle();
+                            return Err(Some(PgError::fatal("08P01", "server shutting down")));
+                        }
+                    }
                     // Giving up is only possible while the request has not gone ahead to a
                     // server; once it has, the grant is on its way and is taken.
                     if signals & CANCEL != 0 {

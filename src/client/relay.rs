@@ -162,8 +162,11 @@ impl Session {
         // A safe shutdown wakes the task through the client's signals (registered by
         // `Session::main` at every poll); the relay only reads the flag.
         std::future::poll_fn(|cx| {
+            // In session mode a safe shutdown lets the session go on until the client
+            // leaves, as PgBouncer's WAIT_FOR_SERVERS waits for its server.
             if !self.shutting_down
-                && (super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed)
+                && ((self.mode != PoolMode::Session
+                    && super::SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed))
                     || self.pool.is_removed())
             {
                 self.shutting_down = true;

@@ -113,7 +113,8 @@ pub fn close_needed(server_id: u64) -> bool {
 pub enum ShutdownMode {
     /// Exit now (plain SHUTDOWN).
     Immediate,
-    /// Let every client finish its transaction, then exit (like SIGINT).
+    /// Release the queue, let every client finish its transaction (in session mode, its
+    /// session), then exit (SIGINT).
     WaitForServers,
     /// Take no new clients; exit once the connected ones have left.
     WaitForClients,
@@ -122,9 +123,11 @@ pub enum ShutdownMode {
 pub(crate) static SHUTDOWN: LazyLock<watch::Sender<Option<ShutdownMode>>> =
     LazyLock::new(|| watch::Sender::new(None));
 
-/// Why a new client of `database` must be turned away, if it must.
+/// Why a new client of `database` must be turned away, if it must. During a graceful
+/// shutdown only the Unix socket still accepts, and only for the admin console (whose
+/// logins do not come here), as in PgBouncer 1.23+.
 pub fn login_refusal(database: &str) -> Option<PgError> {
-    if matches!(*SHUTDOWN.borrow(), Some(ShutdownMode::WaitForClients)) {
+    if SHUTDOWN.borrow().is_some() {
         return Some(PgError::fatal("57P01", "pooler is shutting down"));
     }
     if state().disabled.contains(database) {
@@ -142,6 +145,20 @@ pub async fn shutdown_requested() -> ShutdownMode {
     loop {
         if let Some(mode) = *rx.borrow_and_update() {
             return mode;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Resolves when an immediate exit is asked for (plain SHUTDOWN), also during a graceful
+/// shutdown.
+pub async fn shutdown_now_requested() {
+    let mut rx = SHUTDOWN.subscribe();
+    loop {
+        if *rx.borrow_and_update() == Some(ShutdownMode::Immediate) {
+            return;
         }
         if rx.changed().await.is_err() {
             std::future::pending::<()>().await;

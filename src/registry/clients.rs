@@ -235,10 +235,16 @@ impl ClientInfo {
     }
 
     /// Resolves with the signals of the current wait in a queue (CANCEL, WAIT_NOTIFY,
-    /// WAIT_TIMEOUT), clearing them.
-    pub async fn wait_signals(&self) -> u8 {
-        let bits = self.any_of(WAIT_SIGNALS).await;
-        self.signals.fetch_and(!bits, Ordering::AcqRel);
+    /// WAIT_TIMEOUT), clearing them, or with STOP (left set) when `stop` is asked for.
+    pub async fn wait_signals(&self, stop: bool) -> u8 {
+        let mask = if stop {
+            WAIT_SIGNALS | STOP
+        } else {
+            WAIT_SIGNALS
+        };
+        let bits = self.any_of(mask).await;
+        self.signals
+            .fetch_and(!(bits & WAIT_SIGNALS), Ordering::AcqRel);
         bits
     }
 

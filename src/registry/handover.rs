@@ -101,6 +101,18 @@ fn set_moving(on: bool) {
     MOVING.store(on, Ordering::SeqCst);
 }
 
+/// The listening sockets went to a new process, which may accept on them (from before it
+/// is ready until it goes away): this process must then only close its own copies.
+static SOCKETS_SHARED: AtomicBool = AtomicBool::new(false);
+
+pub fn sockets_shared() -> bool {
+    SOCKETS_SHARED.load(Ordering::SeqCst)
+}
+
+pub fn set_sockets_shared(on: bool) {
+    SOCKETS_SHARED.store(on, Ordering::SeqCst);
+}
+
 pub fn handed_over() -> bool {
     HANDED_OVER.load(Ordering::Relaxed)
 }

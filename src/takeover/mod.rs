@@ -204,6 +204,7 @@ pub fn offer(app: Arc<App>, offer: Offer) {
                 match hand_over(&app, &offer, conn) {
                     Ok(true) => return,
                     Ok(false) => {
+                        handover::set_sockets_shared(false);
                         resume(&app, &offer);
                         // Reachable again for the next attempt (the control file may
                         // be the dead process's).
@@ -211,6 +212,7 @@ pub fn offer(app: Arc<App>, offer: Offer) {
                         return;
                     }
                     Err(e) => {
+                        handover::set_sockets_shared(false);
                         tracing::warn!("online restart refused: {e}");
                         let mut offered = lock(&OFFERED);
                         if offered.is_none() && !app.shutdown.is_cancelled() {
@@ -263,6 +265,7 @@ fn hand_over(app: &Arc<App>, offer: &Offer, conn: UnixStream) -> io::Result<bool
         )));
     }
     tracing::info!("online restart: process {} is taking over", hello.pid);
+    handover::set_sockets_shared(true);
     for (desc, fd) in &offer.sockets {
         let text = serde_json::to_vec(desc).map_err(|e| invalid(&e.to_string()))?;
         wire::send(&conn, LISTENER, &text, &[fd.as_fd()])?;

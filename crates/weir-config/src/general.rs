@@ -211,8 +211,8 @@ general_options! {
     /// PgBouncer.
     shutdown_drain_timeout: Duration = secs(0);
     /// Weir's own option: what SIGTERM does (see `SigtermShutdown`). The default is
-    /// Weir's and PgBouncer 1.18's immediate exit.
-    shutdown_on_sigterm: SigtermShutdown = SigtermShutdown::Immediate;
+    /// PgBouncer 1.23+'s, SHUTDOWN WAIT_FOR_CLIENTS.
+    shutdown_on_sigterm: SigtermShutdown = SigtermShutdown::WaitForClients;
     so_reuseport: bool = false;
     stats_period: Duration = secs(60);
     stats_users: Vec<String> = Vec::new();
