@@ -1,7 +1,8 @@
 //! Replication connections through Weir (`replication=database|true`), as PgBouncer 1.23
-//! passes them: pg_basebackup and a logical subscription work through it, each
-//! replication client has a server of its own that SHOW CLIENTS/SERVERS/POOLS list and
-//! that is closed with it, and `replication` never reaches a pooled server as a setting.
+//! passes them: pg_basebackup, pg_receivewal, pg_recvlogical and a logical subscription
+//! work through it, each replication client has a server of its own that SHOW
+//! CLIENTS/SERVERS/POOLS list and that is closed with it, and `replication` never reaches
+//! a pooled server as a setting.
 
 mod common;
 
@@ -69,6 +70,26 @@ fn replication_servers_gone(pg: &PgServer, weir: &Weir) {
     pooled_client_works(weir);
 }
 
+/// Runs one of PostgreSQL's client programs against Weir as postgres; its output.
+fn run_tool(weir: &Weir, tool: &str, args: &[&str]) -> String {
+    let port = weir.port().to_string();
+    let out = run_with_timeout(
+        clean_command(bindir().join(tool))
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+            .args(args),
+        None,
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} through Weir failed:\n{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        weir.log_tail()
+    );
+    stdout
+}
+
 /// An ordinary client gets a pooled server and its answer.
 fn pooled_client_works(weir: &Weir) {
     assert_eq!(
@@ -85,7 +106,7 @@ fn weir_for(pg: &PgServer) -> WeirBuilder {
 }
 
 #[test]
-fn pg_basebackup_through_weir() {
+fn pg_basebackup_and_pg_receivewal_through_weir() {
     let pg = PgServer::start();
     // pg_basebackup and pg_receivewal ignore any dbname given and send
     // `database=replication`, as PostgreSQL's physical walsender needs none: Weir, as
@@ -93,35 +114,46 @@ fn pg_basebackup_through_weir() {
     let weir = weir_for(&pg).database("replication", &pg.connstr()).start();
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("backup");
-    let out = run_with_timeout(
-        clean_command(bindir().join("pg_basebackup"))
-            .arg("-d")
-            .arg(format!(
-                "host=127.0.0.1 port={} user=postgres dbname=postgres",
-                weir.port()
-            ))
-            .args(["-X", "stream", "-c", "fast", "--no-sync", "-D"])
-            .arg(&target),
-        None,
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "pg_basebackup through Weir failed:\n{}\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        weir.log_tail()
+    let target_dir = target.to_str().unwrap();
+    // The dbname is ignored: the entry named `replication` serves it.
+    let base = [
+        "-d",
+        "dbname=postgres",
+        "-X",
+        "stream",
+        "-c",
+        "fast",
+        "--no-sync",
+    ];
+    run_tool(
+        &weir,
+        "pg_basebackup",
+        &[&base[..], &["-D", target_dir]].concat(),
     );
     let version = fs::read_to_string(target.join("PG_VERSION")).expect("PG_VERSION copied");
     assert!(!version.trim().is_empty());
     assert!(target.join("global/pg_control").exists());
+    // pg_receivewal streams WAL up to a known position.
+    let wal = dir.path().join("wal");
+    fs::create_dir(&wal).unwrap();
+    let end = pg.psql("select pg_current_wal_lsn()");
+    let to = ["--no-loop", "--no-sync", "-E", end.trim()];
+    run_tool(
+        &weir,
+        "pg_receivewal",
+        &[&to[..], &["-D", wal.to_str().unwrap()]].concat(),
+    );
+    assert!(
+        fs::read_dir(&wal).unwrap().next().is_some(),
+        "no WAL received"
+    );
     // The backup's two connections (base and WAL stream) were physical walsenders, gone
     // with the client.
     replication_servers_gone(&pg, &weir);
 }
 
 #[test]
-fn logical_subscription_through_weir() {
+fn logical_replication_through_weir() {
     let mut publisher = PgServer::start();
     {
         use std::io::Write;
@@ -180,6 +212,28 @@ fn logical_subscription_through_weir() {
             .trim(),
         "0",
         "DROP SUBSCRIPTION dropped its slot through Weir"
+    );
+
+    // pg_recvlogical: a slot made, read up to a known LSN and dropped, all through Weir.
+    let recvlogical = |args: &[&str]| {
+        let slot = ["-d", "postgres", "-S", "decoded"];
+        run_tool(&weir, "pg_recvlogical", &[&slot[..], args].concat())
+    };
+    recvlogical(&["--create-slot", "-P", "test_decoding"]);
+    publisher.exec("insert into items values (3, 'three')");
+    let end = publisher.psql("select pg_current_wal_lsn()");
+    let decoded = recvlogical(&["--start", "--no-loop", "-f", "-", "-E", end.trim()]);
+    assert!(
+        decoded.contains("table public.items: INSERT: id[integer]:3"),
+        "{decoded}"
+    );
+    recvlogical(&["--drop-slot"]);
+    replication_servers_gone(&publisher, &weir);
+    assert_eq!(
+        publisher
+            .psql("select count(*) from pg_replication_slots")
+            .trim(),
+        "0"
     );
 }
 
@@ -259,6 +313,17 @@ fn a_full_pool_makes_room_or_queues_the_replication_client() {
         ) == 1),
         "the second replication client should wait for the pool's one slot"
     );
+    // One that gives up while waiting leaves the queue, and no server is opened for it.
+    let mut quitter = RawConn::connect(weir.port());
+    quitter.send(&common::proto::startup_message(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("replication", "database"),
+    ]));
+    let waiting = || ok(&mut admin(&weir), "SHOW POOLS").num("database", "postgres", "cl_waiting");
+    assert!(eventually(TIMEOUT, || waiting() == 2));
+    drop(quitter);
+    assert!(eventually(TIMEOUT, || waiting() == 1));
     assert_eq!(walsenders(&pg), 1);
     drop(first);
     let second = second.join().expect("the second replication client got in");

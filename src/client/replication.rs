@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::login::LoggedIn;
 use super::{refuse, ClientCount, PoolMember};
@@ -22,7 +22,7 @@ use crate::stream::Stream;
 /// until either side leaves, and the server is closed with it.
 pub(super) async fn serve(
     mut stream: Stream,
-    inbuf: BytesMut,
+    mut inbuf: BytesMut,
     client: LoggedIn,
     handle: ClientHandle,
     _count: ClientCount,
@@ -51,10 +51,21 @@ pub(super) async fn serve(
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .collect();
     info.set_waiting(None, None);
-    let opened = tokio::select! {
-        biased;
-        (code, why) = info.killed() => Err(PgError::fatal(code, why)),
-        r = pool.dedicated(replication, &params, scram_keys) => r,
+    let mut opening = std::pin::pin!(pool.dedicated(replication, &params, scram_keys));
+    // Watching the client too: one that gives up while the pool is full must not leave
+    // its server to be opened for nobody (the slot goes back as the attempt is dropped).
+    let opened = loop {
+        tokio::select! {
+            biased;
+            (code, why) = info.killed() => break Err(PgError::fatal(code, why)),
+            r = &mut opening => break r,
+            r = stream.read_buf(&mut inbuf), if inbuf.len() < crate::protocol::MAX_STARTUP_PACKET => {
+                if matches!(r, Ok(0) | Err(_)) {
+                    crate::conn_log::client_closing(&info, "client unexpected eof");
+                    return;
+                }
+            }
+        }
     };
     let mut server = match opened {
         Ok(s) => s,
