@@ -333,6 +333,21 @@ fn a_full_pool_makes_room_or_queues_the_replication_client() {
 }
 
 #[test]
+fn replication_servers_count_against_max_db_connections() {
+    let pg = PgServer::start();
+    let weir = weir_for(&pg)
+        .set("max_db_connections", 1)
+        .set("query_wait_timeout", 2)
+        .start();
+    let logical = replication_client(weir.port(), "database", &[]);
+    let e = psql_via(&weir, "postgres", "postgres", "select 1")
+        .expect_err("a pooled client got a server past max_db_connections");
+    assert!(e.contains("query_wait_timeout"), "{e}");
+    drop(logical);
+    replication_servers_gone(&pg, &weir);
+}
+
+#[test]
 fn replication_is_checked_and_never_a_setting() {
     let pg = PgServer::start();
     let weir = weir_for(&pg).start();
