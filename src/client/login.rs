@@ -18,7 +18,7 @@ use crate::protocol::messages::{
     self, AUTH_CLEARTEXT, AUTH_MD5, AUTH_OK, AUTH_SASL_CONTINUE, AUTH_SASL_FINAL,
 };
 use crate::protocol::reader::{read_message, read_startup_packet, ReadError};
-use crate::protocol::startup::{self, StartupPacket};
+use crate::protocol::startup::{self, Replication, StartupPacket};
 use crate::protocol::{PgError, MAX_STARTUP_PACKET};
 use crate::registry::client_limits::{self, Admission, Limits};
 use crate::server::BackendKey;
@@ -37,6 +37,8 @@ pub struct LoggedIn {
     pub scram_keys: Option<Credential>,
     /// The client's place in its database's and user's client counts, until registered.
     pub admission: Admission,
+    /// A replication connection: it gets a server of its own (client::replication).
+    pub replication: Replication,
 }
 
 pub enum Outcome {
@@ -252,10 +254,21 @@ pub async fn login(
             .iter()
             .any(|p| p.eq_ignore_ascii_case(name))
     };
+    let mut replication = Replication::None;
     for (name, value) in startup::params(&payload) {
         match name {
             "user" => user = Some(value.to_owned()),
             "database" => database = Some(value.to_owned()),
+            // Not a setting: PostgreSQL would refuse it as one. It decides what kind of
+            // server the client needs.
+            "replication" => {
+                replication = Replication::parse(value).ok_or_else(|| {
+                    PgError::fatal(
+                        "22023",
+                        format!("invalid value for parameter \"replication\": \"{value}\""),
+                    )
+                })?;
+            }
             n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
             _ if ignored(name) => {}
             // Beyond PgBouncer, which refuses what it does not track: any other setting
@@ -325,6 +338,12 @@ pub async fn login(
         )));
     }
     if is_admin_database(&snap, &database) {
+        if replication != Replication::None {
+            return Err(refuse(PgError::fatal(
+                "0A000",
+                "the admin console does not accept replication connections",
+            )));
+        }
         let g = &snap.config.general;
         // PgBouncer's own-user login: the OS user running the pooler, over the Unix
         // socket, as user pgbouncer, gets in without a password (cron jobs and sidecars
@@ -441,6 +460,7 @@ pub async fn login(
         settings,
         scram_keys,
         admission,
+        replication,
     }))
 }
 

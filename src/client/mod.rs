@@ -12,6 +12,7 @@ mod pipeline;
 mod prepare;
 pub(crate) use prepare::client_wants;
 mod relay;
+mod replication;
 mod route;
 mod start;
 mod state;

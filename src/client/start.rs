@@ -13,6 +13,7 @@ use super::{refuse, ClientCount, Console, Extras, PoolMember, Session, Timeouts}
 use crate::app::App;
 use crate::pool::{Pool, PoolMode};
 use crate::protocol::framer::Framer;
+use crate::protocol::startup::Replication;
 use crate::protocol::PgError;
 use crate::registry::clients::ClientHandle;
 use crate::stats::Traffic;
@@ -60,6 +61,15 @@ pub(super) async fn start(
             return None;
         }
     };
+    let handle = register(&client, peer, local, &stream);
+    crate::conn_log::login_attempt(&handle.0);
+    if client.replication != Replication::None {
+        Box::pin(super::replication::serve(
+            stream, inbuf, client, handle, count,
+        ))
+        .await;
+        return None;
+    }
     let LoggedIn {
         user,
         database,
@@ -68,24 +78,11 @@ pub(super) async fn start(
         settings,
         scram_keys,
         admission,
+        replication: _,
     } = client;
     let settings = (!settings.is_empty()).then(|| Arc::new(settings));
-    let handle = ClientHandle::register(
-        &user,
-        &database,
-        peer,
-        local,
-        requested.get("application_name").unwrap_or(""),
-    );
     // The registration uncounts the client when it goes.
     admission.keep();
-    if let Stream::Tls(t) = &stream {
-        if let tokio_rustls::TlsStream::Server(s) = &**t {
-            let tls = crate::tls::connect::describe(s.get_ref().1);
-            crate::registry::client_tls::set(&handle.0, tls);
-        }
-    }
-    crate::conn_log::login_attempt(&handle.0);
     pool.clients.fetch_add(1, Ordering::Relaxed);
     // Once per session, here and not in the relay: a parked session that resumes does not
     // log in again.
@@ -110,6 +107,24 @@ pub(super) async fn start(
         stream, inbuf, mode, general, timeouts, handle, pool, count, extras,
     );
     Some(session)
+}
+
+/// Makes the client visible to the console and to cancel requests.
+fn register(client: &LoggedIn, peer: Endpoint, local: Endpoint, stream: &Stream) -> ClientHandle {
+    let handle = ClientHandle::register(
+        &client.user,
+        &client.database,
+        peer,
+        local,
+        client.requested.get("application_name").unwrap_or(""),
+    );
+    if let Stream::Tls(t) = stream {
+        if let tokio_rustls::TlsStream::Server(s) = &**t {
+            let tls = crate::tls::connect::describe(s.get_ref().1);
+            crate::registry::client_tls::set(&handle.0, tls);
+        }
+    }
+    handle
 }
 
 impl Session {

@@ -10,6 +10,7 @@ mod checkin;
 mod checkout;
 mod close;
 mod counts;
+mod dedicated;
 pub mod gates;
 mod janitor;
 mod lease;

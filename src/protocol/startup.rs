@@ -97,6 +97,63 @@ fn take_cstr<'a>(data: &mut &'a [u8]) -> Result<&'a str, StartupError> {
     Ok(s)
 }
 
+/// What a `replication` startup parameter asks for (PgBouncer's column values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Replication {
+    #[default]
+    None = 0,
+    /// `replication=database`: a walsender bound to a database, that also runs SQL.
+    Logical = 1,
+    /// `replication=true`: a walsender for the whole cluster, SQL refused.
+    Physical = 2,
+}
+
+impl Replication {
+    /// PostgreSQL's reading of the value: `database`, or a boolean as `parse_bool` takes
+    /// it (any case, unambiguous prefixes). None when it is neither.
+    pub fn parse(value: &str) -> Option<Replication> {
+        let v = value.to_ascii_lowercase();
+        if v == "database" {
+            return Some(Replication::Logical);
+        }
+        let prefix_of = |word: &str, min: usize| v.len() >= min && word.starts_with(v.as_str());
+        if v == "1" || prefix_of("true", 1) || prefix_of("yes", 1) || prefix_of("on", 2) {
+            Some(Replication::Physical)
+        } else if v == "0" || prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) {
+            Some(Replication::None)
+        } else {
+            None
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Replication {
+        match v {
+            1 => Replication::Logical,
+            2 => Replication::Physical,
+            _ => Replication::None,
+        }
+    }
+
+    /// As SHOW CLIENTS and SHOW SERVERS give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replication::None => "none",
+            Replication::Logical => "logical",
+            Replication::Physical => "physical",
+        }
+    }
+
+    /// The value a server connection is opened with.
+    pub fn startup_value(self) -> Option<&'static str> {
+        match self {
+            Replication::None => None,
+            Replication::Logical => Some("database"),
+            Replication::Physical => Some("true"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +187,20 @@ mod tests {
         p.extend_from_slice(&7u32.to_be_bytes());
         p.extend_from_slice(&9u32.to_be_bytes());
         assert_eq!(parse(&p), Ok(StartupPacket::Cancel { pid: 7, secret: 9 }));
+    }
+    #[test]
+    fn reads_replication_as_postgresql_does() {
+        for v in ["database", "DATABASE"] {
+            assert_eq!(Replication::parse(v), Some(Replication::Logical));
+        }
+        for v in ["true", "t", "TRUE", "yes", "y", "on", "1"] {
+            assert_eq!(Replication::parse(v), Some(Replication::Physical), "{v}");
+        }
+        for v in ["false", "f", "no", "off", "of", "0"] {
+            assert_eq!(Replication::parse(v), Some(Replication::None), "{v}");
+        }
+        for v in ["", "o", "2", "data", "truee", "physical"] {
+            assert_eq!(Replication::parse(v), None, "{v}");
+        }
     }
 }

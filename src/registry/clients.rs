@@ -9,6 +9,7 @@ use std::time::Duration;
 use atomic_waker::AtomicWaker;
 
 use super::{now_micros, Registry};
+use crate::protocol::startup::Replication;
 use crate::protocol::BackendKey;
 use crate::stream::Endpoint;
 use crate::stream::ServerAddr;
@@ -88,6 +89,8 @@ pub struct ClientInfo {
     prepared: AtomicU32,
     /// What keeps it on its server in a pooled mode (gucs::pin_bits), 0 when nothing.
     pinned: AtomicU8,
+    /// A replication connection (protocol::startup::Replication), with a server of its own.
+    replication: AtomicU8,
     /// Notifications wait for it in its pool's listening hub (crate::listen).
     notified: AtomicBool,
     /// Cancel requests it sent so far: a request of its own cancelled with none sent is
@@ -349,6 +352,14 @@ impl ClientInfo {
         self.pinned.store(bits, Ordering::Relaxed);
     }
 
+    pub fn replication(&self) -> Replication {
+        Replication::from_u8(self.replication.load(Ordering::Relaxed))
+    }
+
+    pub fn set_replication(&self, r: Replication) {
+        self.replication.store(r as u8, Ordering::Relaxed);
+    }
+
     pub fn startup(&self) -> Option<Arc<crate::params::ParamSet>> {
         self.startup.load_full()
     }
@@ -486,6 +497,7 @@ impl ClientInfo {
             kill_reason: AtomicU8::new(0),
             prepared: AtomicU32::new(0),
             pinned: AtomicU8::new(0),
+            replication: AtomicU8::new(0),
             cancels: AtomicU32::new(0),
             notified: AtomicBool::new(false),
             startup: arc_swap::ArcSwapOption::empty(),

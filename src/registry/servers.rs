@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use super::{now_micros, Registry};
+use crate::protocol::startup::Replication;
 use crate::stream::Endpoint;
 use crate::stream::ServerAddr;
 
@@ -40,6 +41,8 @@ pub struct ServerInfo {
     tls: OnceLock<Box<str>>,
     /// The database entry it was opened for (SHOW HOSTS), once logged in.
     entry: OnceLock<Arc<str>>,
+    /// A replication client's own server (protocol::startup::Replication), never pooled.
+    replication: AtomicU8,
 }
 
 impl ServerInfo {
@@ -107,6 +110,12 @@ impl ServerInfo {
     pub fn being_canceled(&self) -> bool {
         self.cancels.load(Ordering::Acquire) != 0
     }
+    pub fn replication(&self) -> Replication {
+        Replication::from_u8(self.replication.load(Ordering::Relaxed))
+    }
+    pub fn set_replication(&self, r: Replication) {
+        self.replication.store(r as u8, Ordering::Relaxed);
+    }
     pub fn set_idle(&self) {
         self.client.store(0, Ordering::Relaxed);
         self.state.store(ServerState::Idle as u8, Ordering::Relaxed);
@@ -136,6 +145,7 @@ impl ServerHandle {
                 local: OnceLock::new(),
                 tls: OnceLock::new(),
                 entry: OnceLock::new(),
+                replication: AtomicU8::new(0),
             },
         );
         ServerHandle(info)
