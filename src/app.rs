@@ -116,9 +116,11 @@ impl Snapshot {
             self.client_tls.clone()
         };
         let server_tls = if touches("server_tls") {
-            Arc::new(crate::tls::connect::ServerTls::from_config(
-                &config.general,
-            )?)
+            let tls = crate::tls::connect::ServerTls::from_config(&config.general)?;
+            for notice in crate::tls::protocol_notices(&config.general) {
+                tracing::warn!("{notice}");
+            }
+            Arc::new(tls)
         } else {
             self.server_tls.clone()
         };

@@ -188,7 +188,9 @@ fn certificate_checks() {
     }
 }
 
-/// A bad CA file or a key without its certificate stops Weir at startup, naming them.
+/// A bad CA file or a bad key file stops Weir at startup, naming them; a key without its
+/// certificate is half of a pair the console may complete (PgBouncer's SETs come one at a
+/// time): Weir starts, says so, and offers no certificate.
 #[test]
 fn bad_files_are_startup_errors() {
     let certs = Certs::new();
@@ -201,12 +203,21 @@ fn bad_files_are_startup_errors() {
     assert!(st.is_some_and(|s| !s.success()), "weir kept running");
     assert!(weir.stderr().contains("bad.crt"), "{}", weir.stderr());
     let mut weir = weir_to(&pg, "127.0.0.1", "require")
-        .set("server_tls_key_file", certs.p("server.key"))
+        .set("server_tls_key_file", certs.p("bad.crt"))
         .spawn();
     assert!(weir
         .wait_exit(std::time::Duration::from_secs(10))
         .is_some_and(|s| !s.success()));
-    assert!(weir.stderr().contains("go together"), "{}", weir.stderr());
+    assert!(weir.stderr().contains("bad.crt"), "{}", weir.stderr());
+    let weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("server_tls_key_file", certs.p("server.key"))
+        .start();
+    assert!(
+        weir.log()
+            .contains("no client certificate is offered to servers until both are set"),
+        "{}",
+        weir.log_tail()
+    );
 }
 
 /// pg_hba `cert`: Weir logs in with server_tls_cert_file/server_tls_key_file and no
@@ -232,9 +243,26 @@ fn client_certificate_login() {
         psql_via(&weir, "postgres", "certuser", "select current_user").as_deref(),
         Ok("certuser")
     );
-    let weir = builder.start();
+    let weir = builder.set("admin_users", "certuser").start();
     let e = psql_via(&weir, "postgres", "certuser", "select 1").expect_err("no certificate");
     assert!(e.contains("certificate"), "{e}");
+    // The console sets the pair one at a time, as PgBouncer's suite does
+    // (test_server_ssl_auth): the key alone offers nothing yet, the pair is used.
+    let mut console = RawConn::startup(weir.port(), "certuser", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    let key = certs.p("weir-client.key");
+    console::ok(&mut console, &format!("SET server_tls_key_file = '{key}'"));
+    let e = psql_via(&weir, "postgres", "certuser", "select 1").expect_err("half a pair");
+    assert!(e.contains("certificate"), "{e}");
+    let cert = certs.p("weir-client.crt");
+    console::ok(
+        &mut console,
+        &format!("SET server_tls_cert_file = '{cert}'"),
+    );
+    assert_eq!(
+        psql_via(&weir, "postgres", "certuser", "select current_user").as_deref(),
+        Ok("certuser")
+    );
 }
 
 /// Towards a TLS server offering SCRAM-SHA-256-PLUS Weir binds to its certificate; the

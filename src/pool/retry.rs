@@ -70,6 +70,12 @@ impl LoginBackoff {
         (err, self.delay)
     }
 
+    /// The way to log in changed (RELOAD, the console's SET): the last failure no longer
+    /// says anything.
+    pub fn forget(&mut self) {
+        self.succeeded();
+    }
+
     pub fn succeeded(&mut self) {
         self.last = None;
         self.streak = 0;

@@ -45,15 +45,22 @@ impl Pool {
         self.settings.load()
     }
 
-    /// Applies reloaded settings: new connections use them, idle servers opened under a
+    /// Applies reloaded settings: new connections use them (a failed login is forgotten if
+    /// the way in changed), idle servers opened under a
     /// different target are closed, so are idle ones over a smaller size (the lent ones
     /// as they come back, see `checkin`), and waiters get slots at once if the pool grew.
     pub fn update_settings(&self, settings: PoolSettings) {
         let generation = settings.target.generation;
+        let retarget = self.settings().target.generation != generation;
         let cap = settings.pool_size + settings.reserve_pool_size;
         self.settings.store(Arc::new(settings));
         let (stale, extra): (Vec<Conn>, Vec<Conn>) = {
             let mut st = self.lock();
+            // A login that failed under the old way in says nothing of the new one
+            // (a password, a certificate, TLS just set): no waiting out its retry delay.
+            if retarget {
+                st.login.forget();
+            }
             let (keep, stale): (VecDeque<_>, VecDeque<_>) =
                 st.idle.drain(..).partition(|s| s.generation == generation);
             st.idle = keep;

@@ -98,10 +98,17 @@ impl ServerTls {
                 )
                 .map_err(|e| what(format!("{}: {e}", key.display())))?,
             (None, None) => builder.with_no_client_auth(),
-            _ => {
-                return Err(what(
-                    "server_tls_cert_file and server_tls_key_file go together".into(),
-                ))
+            // One of the pair: the console sets them one at a time, as PgBouncer's
+            // does. No certificate is offered until both are there (a server that asks
+            // for one refuses the login: this fails closed); the file given is still
+            // read, so that a bad one is refused now. See `super::protocol_notices`.
+            (Some(cert), None) => {
+                super::certs(cert).map_err(what)?;
+                builder.with_no_client_auth()
+            }
+            (None, Some(key)) => {
+                super::key(key).map_err(what)?;
+                builder.with_no_client_auth()
             }
         };
         // PostgreSQL 17 checks it when sent (and needs it for direct TLS); older ones

@@ -209,7 +209,8 @@ fn parse_protocols(
     Ok((v, too_old))
 }
 
-/// What the log says of TLS versions named that rustls does not speak, once per load.
+/// What the log says, once per load, of TLS settings that take effect only in part: TLS
+/// versions rustls does not speak, half of the client certificate pair towards servers.
 pub fn protocol_notices(g: &weir_config::General) -> Vec<String> {
     let mut notices = Vec::new();
     for (option, spec) in [
@@ -231,6 +232,11 @@ pub fn protocol_notices(g: &weir_config::General) -> Vec<String> {
             "{option}: {} not supported (rustls speaks TLS 1.2 and 1.3 only); {instead}",
             too_old.join(", ")
         ));
+    }
+    if g.server_tls_cert_file.is_some() != g.server_tls_key_file.is_some() {
+        notices.push(
+            "server_tls_cert_file and server_tls_key_file go together: no client certificate is offered to servers until both are set".into(),
+        );
     }
     notices
 }
