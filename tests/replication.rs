@@ -221,7 +221,9 @@ fn logical_replication_through_weir() {
     };
     recvlogical(&["--create-slot", "-P", "test_decoding"]);
     publisher.exec("insert into items values (3, 'three')");
-    let end = publisher.psql("select pg_current_wal_lsn()");
+    // The insert position: the harness runs PostgreSQL with synchronous_commit off, so the
+    // write position may not have reached the commit yet.
+    let end = publisher.psql("select pg_current_wal_insert_lsn()");
     let decoded = recvlogical(&["--start", "--no-loop", "-f", "-", "-E", end.trim()]);
     assert!(
         decoded.contains("table public.items: INSERT: id[integer]:3"),
