@@ -897,41 +897,65 @@ async fn auth_query_with_auth_user_checks_postgres_passwords() {
 // ---------------------------------------------------------------------------
 // server_fast_close
 
-/// server_fast_close=1, session mode: after a reload changes the database's
-/// connection settings, a connected client gets a new server at its next
-/// transaction, without being disconnected.
+/// server_fast_close=1, session mode, as PgBouncer documents it: after a reload changes
+/// the database's connection settings (or RECONNECT), a session idle on its server loses
+/// it at once and is closed with it, so that it notices its session state is gone; one
+/// in a transaction finishes it first. Without the setting the session keeps its server.
 #[test]
-fn server_fast_close_replaces_session_server_after_reload() {
+fn server_fast_close_ends_session_clients_after_reload_or_reconnect() {
     let pg = pg_with_apps();
-    let builder = base(&pg)
+    let builder = |q: &str| {
+        base(&pg)
+            .set("pool_mode", "session")
+            .set("server_fast_close", 1)
+            .database("postgres", &format!("{} connect_query='{q}'", pg.connstr()))
+    };
+    let mut weir = builder("select 1").start();
+    let mut idle = login(&weir, "postgres", "app");
+    let idle_pid = idle.query_one("select pg_backend_pid()");
+    let mut busy = login(&weir, "postgres", "app2");
+    busy.simple_query("begin").unwrap();
+    let busy_pid = busy.query_one("select pg_backend_pid()");
+    weir.reload_with(builder("select 2"));
+    let e = idle.expect_error();
+    assert_eq!(
+        (e.severity.as_str(), e.code.as_str()),
+        ("FATAL", "57P01"),
+        "{e:?}"
+    );
+    assert!(e.message.contains("server_fast_close"), "{e:?}");
+    assert!(idle.closes());
+    assert!(
+        eventually(TIMEOUT, || !backend_pids(&pg, "true").contains(&idle_pid)),
+        "the idle session's server was not closed"
+    );
+    // The transaction runs to its end on its server, then the session goes.
+    assert_eq!(busy.query_one("select pg_backend_pid()"), busy_pid);
+    busy.simple_query("commit").unwrap();
+    let e = busy.expect_error();
+    assert_eq!(e.code, "57P01", "{e:?}");
+    // RECONNECT marks the servers the same way.
+    let mut c = login(&weir, "postgres", "app");
+    assert_eq!(c.query_one("select 1"), "1");
+    let mut console = login(&weir, "pgbouncer", "postgres");
+    common::console::ok(&mut console, "RECONNECT postgres");
+    let e = c.expect_error();
+    assert_eq!(e.code, "57P01", "{e:?}");
+    // Off (the default): a session keeps its server across a reload.
+    let mut weir = base(&pg)
         .set("pool_mode", "session")
-        .set("server_fast_close", 1)
         .database(
             "postgres",
             &format!("{} connect_query='select 1'", pg.connstr()),
-        );
-    let mut weir = builder.clone().start();
-    let mut c = login(&weir, "postgres", "app");
-    let first = c.query_one("select pg_backend_pid()");
-    assert_eq!(c.query_one("select pg_backend_pid()"), first);
-    weir.reload_with(builder.database(
+        )
+        .start();
+    let mut kept = login(&weir, "postgres", "app");
+    let pid = kept.query_one("select pg_backend_pid()");
+    weir.reload_with(base(&pg).set("pool_mode", "session").database(
         "postgres",
         &format!("{} connect_query='select 2'", pg.connstr()),
     ));
-    let mut last = first.clone();
-    let changed = eventually(Duration::from_secs(15), || {
-        last = c.query_one("select pg_backend_pid()");
-        last != first
-    });
-    assert!(
-        changed,
-        "the session kept its server after the reload\n{}",
-        weir.log_tail()
-    );
-    assert!(
-        eventually(TIMEOUT, || !backend_pids(&pg, "true").contains(&first)),
-        "the old server was not closed"
-    );
+    assert_eq!(kept.query_one("select pg_backend_pid()"), pid);
 }
 
 // ---------------------------------------------------------------------------

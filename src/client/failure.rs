@@ -6,7 +6,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::relay::Exchange;
 use super::{prepare, refuse, Session, LOST};
-use crate::pool::{lost_request, Lease};
+use crate::pool::{lost_request, Lease, PoolMode};
 use crate::protocol::framer::Framer;
 use crate::protocol::messages;
 use crate::protocol::PgError;
@@ -115,5 +115,25 @@ impl Session {
         crate::conn_log::pooler_error(&self.client.0, &error.message);
         refuse(&mut self.stream, &error).await;
         error.into_fields().message
+    }
+
+    /// server_fast_close in session mode: the server must go (a reload changed how the
+    /// pool connects, or RECONNECT marked it) and the session on it with it, as PgBouncer
+    /// does, so that the client notices its session state is gone rather than carry on
+    /// without it on another server.
+    pub(super) fn fast_closed(&self, held: &Lease) -> bool {
+        self.fast_close
+            && self.mode == PoolMode::Session
+            && (held.generation != self.pool.settings().target.generation
+                || crate::pool::gates::close_needed(held.id))
+    }
+
+    /// Closes the server of a session `fast_closed` ends, then the client.
+    pub(super) async fn end_fast_closed(&mut self, held: Lease) -> String {
+        let e = PgError::fatal(
+            "57P01",
+            "server_fast_close: the server was closed by a configuration change (RECONNECT or RELOAD)",
+        );
+        self.close_and_refuse(held, e, true).await
     }
 }

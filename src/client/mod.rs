@@ -146,8 +146,9 @@ pub struct Session {
     /// When the client last became idle with a server lent (for idle_transaction_timeout).
     idle_since: Instant,
     timeouts: Timeouts,
-    /// server_fast_close: in session mode, give up a server whose connection settings a
-    /// reload changed as soon as its transaction ends.
+    /// server_fast_close: in session mode, a server whose connection settings a reload
+    /// changed, or that RECONNECT marked, is closed as soon as its transaction ends, and
+    /// the client with it (see `fast_closed`).
     fast_close: bool,
     /// Held for its Drop: the client's place in the global client count.
     _count: ClientCount,
@@ -478,6 +479,9 @@ impl Session {
                     self.follow_prepared_cap(settings.prepared_cap);
                 }
                 drop(settings);
+                if self.fast_closed(&held) {
+                    return Some(Box::pin(self.end_fast_closed(held)).await);
+                }
                 if !held.passengers.is_empty() {
                     // Straight to the client whose request runs next on it (the server
                     // holds its settings, so nothing is reset).

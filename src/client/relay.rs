@@ -177,9 +177,11 @@ impl Session {
     }
 
     fn poll_relay(&mut self, server: &mut Lease, cx: &mut Context<'_>) -> Poll<Event> {
+        // server_fast_close: an idle session goes too, not only one that just had an answer.
+        let fast_closed = self.fast_closed(server);
         let release_on_idle = self.mode != PoolMode::Session
             || self.shutting_down
-            || (self.fast_close && server.generation != self.pool.settings().target.generation)
+            || fast_closed
             || (crate::registry::handover::moving()
                 && !self.stream.is_tls()
                 && !server.stream.is_tls());
@@ -277,7 +279,7 @@ impl Session {
                 return Poll::Ready(Event::ClientTerminated);
             }
             if release_on_idle
-                && (self.exchange.has(ANSWERED) || self.shutting_down)
+                && (self.exchange.has(ANSWERED) || self.shutting_down || fast_closed)
                 && self.server_is_clean()
             {
                 return Poll::Ready(Event::Idle);

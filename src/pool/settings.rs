@@ -78,6 +78,16 @@ impl Pool {
             crate::conn_log::server_closing(&s.info.0, "database configuration changed");
             self.closed_idle(*s);
         }
+        if retarget {
+            // Session-mode clients idle on a server under the old settings are woken to
+            // see whether it must go now (server_fast_close; client::failure).
+            let clients = &crate::registry::clients::CLIENTS;
+            clients.for_each(|c| {
+                if *c.database == *self.database {
+                    c.raise(crate::registry::clients::PARK);
+                }
+            });
+        }
         for s in extra {
             crate::conn_log::server_closing(&s.info.0, "too many servers in the pool");
             self.closed_idle(*s);
