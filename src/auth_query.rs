@@ -49,6 +49,14 @@ pub fn source(snap: &Snapshot, database: &str) -> Option<LookupSource> {
     })
 }
 
+/// PgBouncer's answer when auth_dbname names no database of the config: the client is
+/// only told the pooler is misconfigured (the name is the operator's business), the log
+/// says which.
+fn config_error(database: &str) -> PgError {
+    tracing::error!("authentication database \"{database}\" is not configured.");
+    PgError::fatal("08P01", "bouncer config error")
+}
+
 /// Runs auth_query for `user`. Ok(None) when PostgreSQL has no usable secret for it, or
 /// answered the query with an error; Err when the lookup could not be run at all.
 pub async fn lookup(
@@ -59,7 +67,7 @@ pub async fn lookup(
 ) -> Result<Option<Secret>, PgError> {
     let pool = app
         .pool_as(snap, &src.database, &src.auth_user)
-        .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
+        .ok_or_else(|| config_error(&src.database))?;
     let mut lease = pool.checkout(None, true, None).await?;
     let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);
     // Extended protocol, so the user name travels as a parameter and is never spliced
