@@ -83,14 +83,15 @@ pub fn client_message(
                 // error, or a failed transaction, is what the client hears of first.
                 // Unless the server has the statement, whose Parse under its server
                 // name does both, that is the unnamed Parse's to tell.
-                if !server.touch(def.id) {
+                let held = server.touch(def.id);
+                if !held {
                     put_unnamed_parse(out, rest);
                     p.push(Reply::Discarded);
                 }
                 // Then PostgreSQL's own error for the statement's server name, after
                 // which the server skips to Sync: its log shows the client's mistake,
                 // none of Weir's making.
-                if ensure_any(p, server, &def, cx, out) {
+                if held || ensure_any(p, server, &def, cx, out) {
                     put_parse_as(out, &def, rest);
                     p.push(Reply::Fail {
                         error,
