@@ -79,10 +79,12 @@ impl Snapshot {
     /// that changed in between leave a side without the TLS its mode asks for.
     pub fn load(path: &Path) -> Result<Snapshot, String> {
         let mut config = weir_config::load(path).map_err(|e| e.to_string())?;
-        let client_tls = Arc::new(crate::tls::accept::ClientTls::from_config(&config.general)?);
-        let server_tls = Arc::new(crate::tls::connect::ServerTls::from_config(
-            &config.general,
-        )?);
+        // PgBouncer's words for TLS files or settings it cannot use, at start and reload.
+        let setup = |e: String| format!("TLS setup failed: {e}");
+        let client_tls =
+            Arc::new(crate::tls::accept::ClientTls::from_config(&config.general).map_err(setup)?);
+        let server_tls =
+            Arc::new(crate::tls::connect::ServerTls::from_config(&config.general).map_err(setup)?);
         config
             .notices
             .extend(crate::tls::protocol_notices(&config.general));
@@ -212,6 +214,10 @@ impl App {
         let mut pools = self.pools();
         if let Some(p) = pools.get(db_name).and_then(|users| users.get(server_user)) {
             return Some(p.clone());
+        }
+        if !pools.contains_key(db_name) && snap.config.database(db_name).is_none() {
+            // PgBouncer's line for the first pool of a name only the `*` entry serves.
+            tracing::info!("registered new auto-database: db={db_name}");
         }
         let server_user = server_user.to_owned();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);

@@ -56,6 +56,14 @@ pub fn global_source(snap: &Snapshot) -> Option<LookupSource> {
     })
 }
 
+/// PgBouncer's answer when auth_dbname names no database of the config: the client is
+/// only told the pooler is misconfigured (the name is the operator's business), the log
+/// says which.
+fn config_error(database: &str) -> PgError {
+    tracing::error!("authentication database \"{database}\" is not configured.");
+    PgError::fatal("08P01", "bouncer config error")
+}
+
 /// Runs auth_query for `user`. Ok(None) when PostgreSQL has no row for it, or answered
 /// the query with an error; an empty plain secret when its password is NULL (it exists,
 /// and only trust lets it in, as in PgBouncer); Err when the lookup could not be run.
@@ -74,7 +82,7 @@ pub async fn lookup(
     }
     let pool = app
         .pool_as(snap, &src.database, &src.auth_user)
-        .ok_or_else(|| PgError::fatal("3D000", format!("no such database: {}", src.database)))?;
+        .ok_or_else(|| config_error(&src.database))?;
     let mut lease = pool.checkout(None, true, None).await?;
     let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);
     // Extended protocol, so the user name travels as a parameter and is never spliced

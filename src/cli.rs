@@ -6,10 +6,30 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
+/// The PgBouncer release whose console, wording and settings Weir follows.
+macro_rules! compat_version {
+    () => {
+        "1.24.1"
+    };
+}
+pub const COMPAT_VERSION: &str = compat_version!();
+
+/// What `-V` prints and SHOW VERSION answers, alike: PgBouncer's `PgBouncer X.Y.Z` first,
+/// which exporters parse, then Weir's own version.
+pub const VERSION: &str = concat!(
+    "PgBouncer ",
+    compat_version!(),
+    " (weir ",
+    env!("CARGO_PKG_VERSION"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "weir",
-    version,
+    // clap prints `<display_name> <version>`: together, VERSION.
+    display_name = "PgBouncer",
+    version = VERSION.strip_prefix("PgBouncer ").unwrap_or(VERSION),
     about = "PostgreSQL connection pooler, a drop-in replacement for PgBouncer"
 )]
 pub struct Args {

@@ -64,7 +64,7 @@ fn server(s: &ServerInfo) -> Prefix<'_> {
     Prefix {
         kind: 'S',
         id: s.id,
-        database: &s.database,
+        database: &s.pool_database,
         user: &s.user,
         addr: &s.addr,
     }
@@ -129,6 +129,14 @@ fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
 /// pinning, so that an operator can find what turns transaction pooling into sessions.
 pub fn client_pinned(c: &ClientInfo, by: &str) {
     tracing::info!("{} pinned to its server by: {by}", client(c));
+}
+
+/// A client prepared a name it still had: PgBouncer's line, at its level.
+pub fn statement_reused(c: &ClientInfo, name: &str) {
+    tracing::error!(
+        "{} prepared statement '{name}' was already prepared",
+        client(c)
+    );
 }
 
 /// An error Weir itself sends to a client (not one relayed from PostgreSQL).

@@ -173,8 +173,8 @@ fn show_servers_local_end_is_what_postgres_sees() {
     assert_eq!(local, seen);
 }
 
-/// `id` is the last of SHOW CLIENTS/SERVERS' columns (before SOCKETS' debug ones), unique
-/// per client (console sessions included) and per server; SHOW VERSION is one row of one
+/// `id` is the last of SHOW CLIENTS/SERVERS' columns (before SOCKETS' debug ones), one
+/// sequence for clients (console sessions included) and servers; SHOW VERSION is one row of one
 /// text column naming Weir and its version.
 #[test]
 fn ids_are_unique_and_version_has_pgbouncers_shape() {
@@ -191,6 +191,7 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
     }
     let mut a = admin(&weir);
     let _a2 = admin(&weir);
+    let mut all = HashSet::new();
     for (cmd, n) in [("SHOW CLIENTS", 5), ("SHOW SERVERS", 3)] {
         let res = ok(&mut a, cmd);
         // PgBouncer's last column, then Weir's own.
@@ -199,7 +200,12 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
         let i = res.col("id");
         let ids: HashSet<String> = res.rows.iter().map(|r| r[i].clone().unwrap()).collect();
         assert_eq!(ids.len(), n, "{cmd}: ids not unique: {res:#?}");
+        all.extend(ids.iter().map(|id| id.parse::<u64>().expect("numeric id")));
     }
+    // One sequence for clients, console sessions and servers, as PgBouncer numbers its
+    // sockets: no id names two of them, and a fresh Weir's are small.
+    assert_eq!(all.len(), 8, "an id names two sockets: {all:?}");
+    assert!(all.iter().all(|id| (1..=100).contains(id)), "{all:?}");
     let sockets = ok(&mut a, "SHOW SOCKETS");
     assert_eq!(sockets.col("pinned") + 1, sockets.col("recv_pos"));
     // Every client (the two console sessions too) and every server, each once.
@@ -220,6 +226,16 @@ fn ids_are_unique_and_version_has_pgbouncers_shape() {
         v.starts_with("PgBouncer ") && v.contains(&format!("weir {}", env!("CARGO_PKG_VERSION"))),
         "{v}"
     );
+    // `-V` and `--version` print the same line, as PgBouncer's `-V` and SHOW VERSION do.
+    for flag in ["-V", "--version"] {
+        let out = std::process::Command::new(common::weir::weir_bin())
+            .arg(flag)
+            .output()
+            .expect("run weir");
+        assert!(out.status.success(), "{flag}");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(printed.lines().next(), Some(v.as_str()), "{flag}");
+    }
 }
 
 /// Runs `sql` on the console and checks it fails with PgBouncer's ERROR 08P01 `message`.
@@ -298,4 +314,27 @@ fn console_is_reachable_when_max_client_conn_is_full() {
         2
     );
     assert_eq!(c.query_one("select 1"), "1");
+}
+
+/// The console's own logins and commands count on the `pgbouncer` database, as in
+/// PgBouncer (SHOW STATS_TOTALS, and so SHOW TOTALS).
+#[test]
+fn console_logins_and_commands_are_counted() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
+    let mut a = admin(&weir);
+    ok(&mut a, "SHOW VERSION");
+    ok(&mut a, "SHOW VERSION");
+    // The third command counts itself: PgBouncer counts a query as it arrives.
+    let stats = ok(&mut a, "SHOW STATS_TOTALS");
+    for (col, want) in [
+        ("client_login_count", 1),
+        ("xact_count", 3),
+        ("query_count", 3),
+    ] {
+        assert_eq!(stats.num("database", "pgbouncer", col), want, "{col}");
+    }
+    let totals = ok(&mut a, "SHOW TOTALS");
+    assert_eq!(totals.num("name", "total_query_count", "value"), 4);
+    assert_eq!(totals.num("name", "total_client_login_count", "value"), 1);
 }

@@ -17,6 +17,17 @@ fn assert_wrong_password(e: &tokio_postgres::Error, user: &str) {
     );
 }
 
+/// Asserts a failed SCRAM login: PgBouncer's wording, whatever went wrong (a wrong
+/// password, an unknown user), with PostgreSQL's SQLSTATE.
+fn assert_sasl_failed(e: &tokio_postgres::Error) {
+    let f = expect_db_error(e);
+    assert_eq!(
+        (f.severity.as_str(), f.code.as_str(), f.message.as_str()),
+        ("FATAL", "28P01", "SASL authentication failed"),
+        "{f:?}"
+    );
+}
+
 async fn assert_login_ok(weir: &Weir, user: &str, password: &str) {
     let c = connect_pw(weir.port(), "postgres", user, password)
         .await
@@ -110,7 +121,7 @@ async fn auth_scram_with_plaintext_entry() {
     let e = connect_pw(weir.port(), "postgres", "postgres", "wrong")
         .await
         .unwrap_err();
-    assert_wrong_password(&e, "postgres");
+    assert_sasl_failed(&e);
     let out = psql_at(
         "127.0.0.1",
         weir.port(),
@@ -136,7 +147,7 @@ async fn auth_scram_with_scram_secret_entry() {
     let e = connect_pw(weir.port(), "postgres", "alice", "wrong")
         .await
         .unwrap_err();
-    assert_wrong_password(&e, "alice");
+    assert_sasl_failed(&e);
 }
 
 /// A user missing from auth_file, password auth: refused like a wrong
@@ -165,7 +176,7 @@ async fn auth_scram_unknown_user_is_refused_like_a_wrong_password() {
     let e = connect_pw(weir.port(), "postgres", "ghost", "s3cret")
         .await
         .unwrap_err();
-    assert_wrong_password(&e, "ghost");
+    assert_sasl_failed(&e);
 }
 
 /// A wrong password is answered alike whether the database is configured or not, as
@@ -233,7 +244,8 @@ async fn auth_scram_wrong_password_does_not_disclose_the_database() {
     database_not_disclosed_before_authentication("scram-sha-256").await;
 }
 
-/// With trust there is no exchange to hide behind: 28000 no such user.
+/// With trust there is no exchange to hide behind: 28000 and PgBouncer's
+/// `"trust" authentication failed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_trust_unknown_user_is_refused() {
     let pg = PgServer::start();
@@ -248,7 +260,7 @@ async fn auth_trust_unknown_user_is_refused() {
         ("FATAL", "28000"),
         "{f:?}"
     );
-    assert_eq!(f.message, "no such user: ghost");
+    assert_eq!(f.message, "\"trust\" authentication failed");
     assert_serving(&weir, "postgres", "postgres").await;
 }
 
@@ -445,7 +457,11 @@ async fn long_passwords_log_in() {
         let e = connect_pw(weir.port(), "postgres", "plainlong", &long[1..])
             .await
             .unwrap_err();
-        assert_wrong_password(&e, "plainlong");
+        if auth_type == "plain" {
+            assert_wrong_password(&e, "plainlong");
+        } else {
+            assert_sasl_failed(&e);
+        }
     }
 }
 
@@ -507,4 +523,40 @@ async fn auth_file_bad_lines_are_skipped_alone() {
         let warning = format!("{path}:{line}: {why}");
         assert_eq!(log.matches(&warning).count(), 1, "{warning}\n{log}");
     }
+}
+
+/// PostgreSQL asks for md5 where the auth_file holds a SCRAM secret, which cannot answer
+/// it: PgBouncer's `server login failed: wrong password type`, to the client and in the
+/// log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_login_md5_with_a_scram_secret_is_the_wrong_password_type() {
+    let pg = PgServer::start();
+    // A SCRAM secret does not depend on the user name: one made for another role fits.
+    pg.create_user("scramsrc", "srvpw", "scram-sha-256");
+    let secret = pg.stored_password("scramsrc");
+    pg.create_user("srv", "srvpw", "md5");
+    pg.set_hba(&["host all srv 127.0.0.1/32 md5"]);
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .set("query_wait_timeout", 2)
+        .userlist(&[("srv", &secret)])
+        .start();
+    let err = match connect_pw(weir.port(), "postgres", "srv", "srvpw").await {
+        Err(e) => e,
+        Ok(c) => q(&c, "select 1")
+            .await
+            .expect_err("a server login that cannot work succeeded"),
+    };
+    let f = expect_db_error(&err);
+    assert_eq!(
+        f.message, "server login failed: wrong password type",
+        "{f:?}"
+    );
+    assert!(
+        eventually(TIMEOUT, || weir
+            .logfile()
+            .contains("server login failed: wrong password type")),
+        "{}",
+        weir.log_tail()
+    );
 }

@@ -123,9 +123,14 @@ async fn database_auth_user_with_scram() {
         .await
         .expect("carol logs in");
     assert_eq!(q1(&c, "select current_user").await, "carol");
-    assert_password_failed(
-        connect_pw(weir.port(), "db", "carol", "wrong").await,
-        "carol",
+    let Err(err) = connect_pw(weir.port(), "db", "carol", "wrong").await else {
+        panic!("carol logged in with a wrong password");
+    };
+    let e = expect_db_error(&err);
+    // PgBouncer's wording for a failed SCRAM exchange, PostgreSQL's SQLSTATE.
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("28P01", "SASL authentication failed")
     );
 }
 
@@ -243,4 +248,32 @@ fn pgbouncer_is_refused_as_auth_dbname() {
     assert_eq!(e.message, "SET failed", "{e:?}");
     let config = console::ok(&mut c, "SHOW CONFIG");
     assert_eq!(config.get("key", "auth_dbname", "value"), "");
+}
+
+/// auth_dbname naming a database `[databases]` does not have is the operator's mistake:
+/// the client gets PgBouncer's `bouncer config error` (08P01), the log names the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_auth_dbname_not_configured_is_a_config_error() {
+    let pg = pg_with_bob();
+    let weir = weir_md5(
+        &pg,
+        &[(
+            "db",
+            "dbname=postgres auth_user=postgres auth_dbname=nowhere",
+        )],
+    );
+    let Err(err) = connect_pw(weir.port(), "db", "bob", "bobpw").await else {
+        panic!("bob logged in without his lookup");
+    };
+    let e = expect_db_error(&err);
+    assert_eq!(
+        (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+        ("FATAL", "08P01", "bouncer config error"),
+        "{e:?}"
+    );
+    let log = weir.logfile();
+    assert!(
+        log.contains("authentication database \"nowhere\" is not configured."),
+        "{log}"
+    );
 }

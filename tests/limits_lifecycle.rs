@@ -552,7 +552,7 @@ fn client_idle_timeout_disconnects_idle_client() {
 }
 
 /// idle_transaction_timeout=1: a client idle inside BEGIN is disconnected
-/// with FATAL 25P03, its transaction is rolled back, and the server is not
+/// with FATAL 08P01 (PgBouncer's SQLSTATE), its transaction is rolled back, and the server is not
 /// left idle in transaction.
 #[test]
 fn idle_transaction_timeout_disconnects_and_rolls_back() {
@@ -563,7 +563,7 @@ fn idle_transaction_timeout_disconnects_and_rolls_back() {
     c.simple_query("begin").unwrap();
     c.simple_query("insert into itt values (1)").unwrap();
     let e = c.expect_error();
-    assert_eq!(fields(&e), ("FATAL", "25P03", "idle transaction timeout"));
+    assert_eq!(fields(&e), ("FATAL", "08P01", "idle transaction timeout"));
     assert!(c.closes(), "connection left open after the timeout");
     assert_eq!(pg.psql("select count(*) from itt"), "0");
     assert!(
@@ -577,7 +577,7 @@ fn idle_transaction_timeout_disconnects_and_rolls_back() {
     assert_eq!(d.query_one("select count(*) from itt"), "0");
 }
 
-/// query_timeout=1: a long query fails with FATAL 57014 query_timeout; the
+/// query_timeout=1: a long query fails with FATAL 08P01 `query timeout`, PgBouncer's; the
 /// server it ran on is not given to anyone else (PostgreSQL may still be
 /// running the query), the next client gets another one.
 #[test]
@@ -591,7 +591,7 @@ fn query_timeout_ends_a_long_query() {
     let pid = c.query_one("select pg_backend_pid()");
     c.send(&proto::query("select pg_backend_pid() from pg_sleep(10)"));
     let e = finish(&mut c).expect_err("pg_sleep(10) finished despite query_timeout=1");
-    assert_eq!(fields(&e), ("FATAL", "57014", "query_timeout"));
+    assert_eq!(fields(&e), ("FATAL", "08P01", "query timeout"));
     assert!(c.closes(), "connection left open after query_timeout");
     let mut d = login(&weir, "postgres", "app");
     let rows = d
@@ -605,7 +605,7 @@ fn query_timeout_ends_a_long_query() {
 }
 
 /// transaction_timeout=2: a transaction still open after 2 s is ended with
-/// FATAL 25P04 although the client was active in it.
+/// FATAL 08P01 although the client was active in it.
 #[test]
 fn transaction_timeout_ends_a_long_transaction() {
     let pg = pg_with_apps();
@@ -617,7 +617,7 @@ fn transaction_timeout_ends_a_long_transaction() {
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(c.query_one("select 2"), "2");
     let e = c.expect_error();
-    assert_eq!(fields(&e), ("FATAL", "25P04", "transaction timeout"));
+    assert_eq!(fields(&e), ("FATAL", "08P01", "transaction timeout"));
     assert!(c.closes(), "connection left open after transaction_timeout");
 }
 

@@ -299,3 +299,116 @@ fn session_error_logged_on_the_client_prefix() {
     assert_eq!(error[0].conn, login[0].conn);
     assert_eq!(close[0].conn, login[0].conn);
 }
+
+/// A server login PostgreSQL refused is logged as PgBouncer logs it: `server login
+/// failed: FATAL <message>`, the SQLSTATE no part of it.
+#[test]
+fn server_login_failure_logged_without_sqlstate() {
+    let pg = PgServer::start();
+    pg.create_user("srv", "srvpw", "md5");
+    pg.set_hba(&["host all srv 127.0.0.1/32 md5"]);
+    let weir = Weir::for_pg(&pg)
+        .database("bad", &format!("{} user=srv password=nope", pg.connstr()))
+        .set("query_wait_timeout", 2)
+        .start();
+    assert!(RawConn::startup(weir.port(), "postgres", "bad", &[]).is_err());
+    wait_for(&weir, "server login failed: ");
+    let log = weir.logfile();
+    let line = log
+        .lines()
+        .find(|l| l.contains("server login failed: "))
+        .unwrap();
+    assert!(
+        line.contains(
+            r#"server login failed: FATAL password authentication failed for user "srv""#
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("28P01"), "{line}");
+}
+
+/// The `S-` prefix names the pooler's database (the `[databases]` entry), as the `C-`
+/// prefix does, not the one PostgreSQL was asked for.
+#[test]
+fn server_prefix_names_the_pooler_database() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).database("alias", &pg.connstr()).start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "alias", &[]).unwrap();
+    assert_eq!(c.query_one("select current_database()"), "postgres");
+    wait_for(&weir, "new connection to server");
+    let all = lines(&weir);
+    let opened = find(&all, weir.pid(), "new connection to server");
+    assert_eq!(opened.len(), 1, "{all:#?}");
+    let who = opened[0].who.unwrap();
+    assert!(who.starts_with("alias/postgres@"), "{who}");
+}
+
+/// Weir's own host checks are no connections of a pool: they log no `new connection
+/// to server`, which log parsers count as PgBouncer's.
+#[test]
+fn host_checks_log_no_server_connections() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .database(
+            "checked",
+            &format!("{} target_session_attrs=read-write", pg.connstr()),
+        )
+        .set("host_check_interval", "0.2")
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "checked", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    // Enough for several checks of the entry's one host.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        pg.count_backends_where("usename = 'postgres'") >= 1,
+        "no server at all"
+    );
+    let all = lines(&weir);
+    let opened = find(&all, weir.pid(), "new connection to server");
+    assert_eq!(opened.len(), 1, "{all:#?}");
+}
+
+/// A client preparing a name it still has: PgBouncer's line, on the client's prefix.
+#[test]
+fn reused_statement_name_is_logged() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    c.send(&proto::parse("x", "select 1"));
+    c.send(&proto::sync());
+    c.read_until_ready();
+    c.send(&proto::parse("x", "select 2"));
+    c.send(&proto::sync());
+    let e = c.expect_error();
+    assert_eq!(e.code, "42P05", "{e:?}");
+    wait_for(&weir, "was already prepared");
+    let all = lines(&weir);
+    let pid = weir.pid();
+    let reused = find(&all, pid, "prepared statement 'x' was already prepared");
+    assert_eq!(reused.len(), 1, "{all:#?}");
+    assert_eq!(reused[0].level, "ERROR");
+    let login = find(&all, pid, "login attempt: ");
+    assert_eq!(reused[0].conn, login[0].conn);
+}
+
+/// The first client of a database only the `*` entry serves: PgBouncer's line.
+#[test]
+fn auto_database_registration_is_logged() {
+    let pg = PgServer::start();
+    pg.exec("create database autodb");
+    let weir = Weir::for_pg(&pg)
+        .database("*", &format!("host=127.0.0.1 port={}", pg.port()))
+        .start();
+    for _ in 0..2 {
+        let mut c = RawConn::startup(weir.port(), "postgres", "autodb", &[]).unwrap();
+        assert_eq!(c.query_one("select current_database()"), "autodb");
+    }
+    wait_for(&weir, "registered new auto-database: db=autodb");
+    let log = weir.logfile();
+    assert_eq!(
+        log.matches("registered new auto-database: db=autodb")
+            .count(),
+        1,
+        "{log}"
+    );
+}

@@ -821,3 +821,57 @@ fn a_runtime_set_of_max_prepared_statements_reaches_connected_clients() {
     c.send(&run_prepared("s1"));
     assert_eq!(replies(&mut c), ["2", "T 1", "D [Some(\"42\")]", "C", "Z"]);
 }
+
+/// A client reusing a statement name gets PostgreSQL's 42P05 (the Bind and Execute after
+/// it skipped, a transaction block failed), and PostgreSQL logs only that mistake, the
+/// one it logs for a direct client: no error of Weir's making (it used to log
+/// `function pg_catalog.weir_statement_check() does not exist`).
+#[test]
+fn reused_name_leaves_no_error_of_weirs_in_postgres_log() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    c.send(&parse("x", "select 1"));
+    c.send(&sync());
+    c.read_until_ready();
+    for in_block in [false, true] {
+        if in_block {
+            c.simple_query("begin").unwrap();
+        }
+        c.send(&parse("x", "select 2"));
+        c.send(&bind("", "x", &[]));
+        c.send(&execute("", 0));
+        c.send(&sync());
+        let got = c.read_until_ready();
+        let tags: Vec<char> = got.iter().map(|m| m.tag_char()).collect();
+        assert_eq!(tags, ['E', 'Z'], "{in_block}");
+        let e = parse_error(&got[0].body);
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("42P05", r#"prepared statement "x" already exists"#)
+        );
+        let status = got[1].body[0];
+        assert_eq!(status, if in_block { b'E' } else { b'I' });
+    }
+    c.simple_query("rollback").unwrap();
+    // The statement the client has is still the first one.
+    c.send(&bind("", "x", &[]));
+    c.send(&execute("", 0));
+    c.send(&sync());
+    let rows: Vec<_> = c
+        .read_until_ready()
+        .into_iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| data_row(&m.body))
+        .collect();
+    assert_eq!(rows, vec![vec![Some("1".to_string())]]);
+
+    let log = pg.log();
+    assert!(!log.contains("weir_statement_check"), "{log}");
+    for line in log.lines().filter(|l| l.contains("ERROR:")) {
+        assert!(
+            line.contains("already exists"),
+            "an error of Weir's making: {line}\n{log}"
+        );
+    }
+}

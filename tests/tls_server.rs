@@ -425,7 +425,7 @@ fn psql_verify_full_channel_binding_end_to_end() {
         "select 1",
     )
     .expect_err("wrong password");
-    assert!(e.contains("password authentication failed"), "{e}");
+    assert!(e.contains("SASL authentication failed"), "{e}");
 }
 
 /// server_tls_protocols, server_tls_ciphers and server_tls13_ciphers decide what is

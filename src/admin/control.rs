@@ -252,12 +252,10 @@ pub fn kill_client(arg: &str) -> Result<&'static str, String> {
     let Ok(id) = arg.parse::<u64>() else {
         return Err("invalid client pointer supplied".into());
     };
-    let Ok(id) = u32::try_from(id) else {
-        return Err("client not found".into());
-    };
-    if let Some(c) = CLIENTS.get(id) {
+    // SHOW CLIENTS' id: a scan, at the console's pace.
+    if let Some(c) = CLIENTS.snapshot().into_iter().find(|c| c.id == id) {
         c.kill(KillReason::AdminForced);
-    } else if let Some(a) = super::sessions::get(id) {
+    } else if let Some(a) = super::sessions::all().into_iter().find(|a| a.serial == id) {
         a.kill("admin forced disconnect");
     } else {
         return Err("client not found".into());

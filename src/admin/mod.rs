@@ -36,7 +36,7 @@ pub use period::start;
 /// The PgBouncer release whose console Weir reproduces: reported in `server_version`
 /// (as PgBouncer's `<version>/bouncer`) and SHOW VERSION, for tools that pick columns by
 /// version.
-pub const COMPAT_VERSION: &str = "1.24.1";
+use crate::cli::COMPAT_VERSION;
 
 /// Console queries are small; anything larger is refused.
 const MAX_MESSAGE: usize = 1 << 20;
@@ -141,6 +141,7 @@ async fn serve(
     // The registration uncounts the session when it goes.
     login.admission.keep();
     crate::conn_log::console_login(handle.0.id, &handle.0.user, &handle.0.peer);
+    sessions::count_login();
     let console = Console {
         app: app.clone(),
         session: handle.0.clone(),
@@ -199,6 +200,7 @@ impl Console {
                     let body = msg.body.strip_suffix(&[0]).unwrap_or(&msg.body);
                     let query = String::from_utf8_lossy(body).into_owned();
                     self.session.touch();
+                    sessions::count_command();
                     let exit = tokio::select! {
                         exit = self.query(&query, &mut out) => exit,
                         reason = self.session.killed() => {

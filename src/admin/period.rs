@@ -77,6 +77,11 @@ fn refresh(app: &App) {
         add(&mut cur_total, &now);
         add(&mut old_total, &newer);
     }
+    // The console's counters, under the key SHOW STATS looks them up by.
+    let key = (crate::pool::gates::ADMIN_DB.to_owned(), String::new());
+    let newer = s.newer.get(&key).copied().unwrap_or_default();
+    s.older.insert(key.clone(), newer);
+    s.newer.insert(key, super::sessions::console_stats());
     let window = now_micros().saturating_sub(s.old_stamp);
     drop(s);
     if app.snapshot.load().config.general.log_stats {

@@ -10,8 +10,10 @@ use tokio_util::sync::CancellationToken;
 use crate::registry::{now_micros, Registry};
 
 pub struct AdminSession {
-    /// Also the pid of the BackendKeyData the session was given, and its SHOW CLIENTS id.
+    /// Also the pid of the BackendKeyData the session was given.
     pub id: u32,
+    /// SHOW CLIENTS `id` (see `registry::next_id`).
+    pub serial: u64,
     pub user: String,
     pub peer: Endpoint,
     pub local: Endpoint,
@@ -59,7 +61,7 @@ impl SessionHandle {
     ) -> SessionHandle {
         let now = now_micros();
         SessionHandle(SESSIONS.insert_with(
-            // Not a pid a client has: SHOW CLIENTS lists both, and `id` must name one.
+            // Not a pid a client has: a cancel key must name one connection.
             // (Only this side checks: registering a client looking here too would take
             // the two locks in the other order.)
             || loop {
@@ -70,6 +72,7 @@ impl SessionHandle {
             },
             |id| AdminSession {
                 id,
+                serial: crate::registry::next_id(),
                 user: user.to_owned(),
                 peer,
                 local,
@@ -100,6 +103,26 @@ pub fn all() -> Vec<Arc<AdminSession>> {
     v
 }
 
-pub fn get(id: u32) -> Option<Arc<AdminSession>> {
-    SESSIONS.get(id)
+/// The console's own traffic, which PgBouncer counts on its `pgbouncer` database (SHOW
+/// STATS, TOTALS): a login per session, a transaction and a query per command message.
+static LOGINS: AtomicU64 = AtomicU64::new(0);
+static COMMANDS: AtomicU64 = AtomicU64::new(0);
+
+pub fn count_login() {
+    LOGINS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn count_command() {
+    COMMANDS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn console_stats() -> crate::stats::Delta {
+    let mut d = crate::stats::Delta {
+        client_logins: LOGINS.load(Ordering::Relaxed),
+        ..Default::default()
+    };
+    let commands = COMMANDS.load(Ordering::Relaxed);
+    d.xacts = commands;
+    d.queries = commands;
+    d
 }

@@ -526,6 +526,12 @@ async fn read_password(stream: &mut Stream, buf: &mut BytesMut) -> Result<bytes:
     Ok(msg.body)
 }
 
+/// PgBouncer's wording for any failed SCRAM exchange (a wrong password, an unknown user,
+/// a secret SCRAM cannot use); the SQLSTATE stays PostgreSQL's, as for a wrong password.
+fn sasl_failed() -> PgError {
+    PgError::fatal("28P01", "SASL authentication failed")
+}
+
 fn password_failed(user: &str) -> PgError {
     PgError::fatal(
         "28P01",
@@ -569,7 +575,9 @@ async fn authenticate(
         (Method::Trust, _) if exists => {}
         // hba's trust, as PostgreSQL's, needs no auth_file entry: the rule is the proof.
         (Method::Trust, _) if snap.config.general.auth_type == AuthType::Hba => {}
-        (Method::Trust, _) => return Err(PgError::fatal("28000", format!("no such user: {user}"))),
+        (Method::Trust, _) => {
+            return Err(PgError::fatal("28000", "\"trust\" authentication failed"))
+        }
         (Method::Cert(map), _) => auth_method::check_cert(snap, stream, user, map.as_deref())?,
         (Method::Peer(map), _) => auth_method::check_peer(snap, stream, user, map.as_deref())?,
         (Method::Password, _) => {
@@ -599,13 +607,13 @@ async fn authenticate(
         // md5 with a SCRAM secret cannot work; PgBouncer upgrades the exchange to SCRAM.
         (Method::Md5 | Method::Scram, Some(s)) => {
             let Some(session) = ServerSession::for_user(user, s) else {
-                return Err(password_failed(user));
+                return Err(sasl_failed());
             };
             // Boxed: its state would otherwise size every login's future (md5 and trust too).
             let end_point = snap.client_tls.end_point.clone();
-            keys = Some(Box::pin(scram_exchange(stream, buf, session, user, end_point)).await?);
+            keys = Some(Box::pin(scram_exchange(stream, buf, session, end_point)).await?);
             if !known {
-                return Err(password_failed(user));
+                return Err(sasl_failed());
             }
         }
         (Method::Unsupported(name), _) => {
@@ -651,7 +659,6 @@ async fn scram_exchange(
     stream: &mut Stream,
     buf: &mut BytesMut,
     mut session: ServerSession,
-    user: &str,
     end_point: Option<Vec<u8>>,
 ) -> Result<Credential, PgError> {
     let malformed = || PgError::fatal("08P01", "malformed SCRAM message");
@@ -681,7 +688,7 @@ async fn scram_exchange(
 
     let client_final = read_password(stream, buf).await?;
     let done = session.client_final(&client_final).map_err(|e| match e {
-        weir_auth::AuthError::WrongPassword => password_failed(user),
+        weir_auth::AuthError::WrongPassword => sasl_failed(),
         _ => malformed(),
     })?;
     out.clear();

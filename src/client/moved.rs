@@ -498,7 +498,8 @@ fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) 
     };
     let settings = pool.settings();
     let id = ServerConn::next_id();
-    let info = ServerHandle::register(id, &settings.target.user, &settings.target.database, &addr);
+    let t = &settings.target;
+    let info = ServerHandle::register(id, &t.user, (&t.database, &t.hosts.name), &addr);
     if let StdSocket::Tcp(s) = &socket {
         if let Ok(a) = s.local_addr() {
             info.0.set_local(Endpoint::tcp(a));

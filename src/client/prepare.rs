@@ -89,6 +89,9 @@ impl Session {
         };
         let mut out = BytesMut::new();
         let e = rewrite::client_message(tag, body, p, server, &cx, &mut out);
+        if let Some(name) = p.reused.take() {
+            crate::conn_log::statement_reused(&self.client.0, &String::from_utf8_lossy(&name));
+        }
         match e {
             Edit::Keep => true,
             Edit::Hold => self.hold(frame),

@@ -306,22 +306,24 @@ impl Session {
         let x = &self.exchange;
         let t = &self.timeouts;
         let mut best: Option<(Instant, PgError)> = None;
-        let mut consider = |at: Instant, code: &str, what: &str| {
+        // PgBouncer's texts and SQLSTATE: the connection is closed, and 08P01 is what
+        // drivers map to a connection error (25P03/57014 would read as a statement's).
+        let mut consider = |at: Instant, what: &str| {
             if best.as_ref().is_none_or(|(b, _)| at < *b) {
-                best = Some((at, PgError::fatal(code, what)));
+                best = Some((at, PgError::fatal("08P01", what)));
             }
         };
         if x.pending > 0 {
             if let (Some(q), Some(start)) = (t.query(), self.query_started) {
-                consider(start + q, "57014", "query_timeout");
+                consider(start + q, "query timeout");
             }
         } else if x.status != b'I' {
             if let Some(it) = t.idle_transaction() {
-                consider(self.idle_since + it, "25P03", "idle transaction timeout");
+                consider(self.idle_since + it, "idle transaction timeout");
             }
         }
         if let (Some(tt), Some(start)) = (t.transaction(), self.xact_started) {
-            consider(start + tt, "25P04", "transaction timeout");
+            consider(start + tt, "transaction timeout");
         }
         best
     }

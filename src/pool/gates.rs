@@ -133,7 +133,7 @@ pub fn login_refusal(database: &str) -> Option<PgError> {
     if state().disabled.contains(database) {
         return Some(PgError::fatal(
             "08P01",
-            format!("database does not allow connections: {database}"),
+            format!("database \"{database}\" is disabled"),
         ));
     }
     None

@@ -53,7 +53,7 @@ pub fn server_message(
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
         if let Reply::Fail { error, .. } = front {
-            if body.is_some_and(|b| PgError::parse(b).code == FAILING_CODE) {
+            if body.is_some_and(|b| is_failing_code(&PgError::parse(b).code)) {
                 edit = ServerEdit::Replace(error_response(error));
             }
         }

@@ -9,11 +9,20 @@ use crate::protocol::messages::put_message;
 pub const PARSE_COMPLETE: &[u8] = b"1\0\0\0\x04";
 pub const CLOSE_COMPLETE: &[u8] = b"3\0\0\0\x04";
 
-/// A Parse that fails at analysis (after PostgreSQL's own checks for an aborted
-/// transaction) with 42883, so that the server skips to Sync as it would after the error
-/// Weir reports in its place. Named, so that the client's unnamed statement survives.
-const FAILING_PARSE: &[u8] = b"weir_fail\0SELECT pg_catalog.weir_statement_check()\0\0\0";
-pub const FAILING_CODE: &str = "42883";
+/// A Describe of a statement no server has (Weir's prefix alone names none of Weir's),
+/// so that the server skips to Sync as it would after the error Weir reports in its
+/// place. PostgreSQL's own error for a missing statement, not one of a function Weir
+/// made up, is what its log then shows.
+const FAILING_DESCRIBE: &[u8] = b"Sweir_\0";
+/// The same for a simple query (in a failed transaction PostgreSQL's 25P02 comes first,
+/// as it would for the client's own statement).
+const FAILING_QUERY: &[u8] = b"DEALLOCATE \"weir_\"";
+
+/// The errors of Weir's failing messages, which Weir replaces with its own: the
+/// missing statement of the above, and the name taken of `put_parse_as`.
+pub fn is_failing_code(code: &str) -> bool {
+    code == "26000" || code == "42P05"
+}
 
 /// Splits a NUL-terminated string off the front: (the string, what follows its NUL).
 fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -100,16 +109,22 @@ pub fn rename_in_error(
     Some(out)
 }
 
-pub fn put_failing_parse(out: &mut BytesMut) {
-    put_message(out, b'P', |b| b.put_slice(FAILING_PARSE));
+pub fn put_failing_message(out: &mut BytesMut) {
+    put_message(out, b'D', |b| b.put_slice(FAILING_DESCRIBE));
 }
 
-/// The simple-query form of `put_failing_parse`.
+/// The simple-query form of `put_failing_message`.
 pub fn put_failing_query(out: &mut BytesMut) {
     put_query(out, FAILING_QUERY);
 }
 
-const FAILING_QUERY: &[u8] = b"SELECT pg_catalog.weir_statement_check()";
+/// A Parse of `body` (text, types) under `def`'s server name.
+pub fn put_parse_as(out: &mut BytesMut, def: &Def, body: &[u8]) {
+    put_message(out, b'P', |b| {
+        def.put_server_name(b);
+        b.put_slice(body);
+    });
+}
 
 pub fn put_query(out: &mut BytesMut, sql: &[u8]) {
     put_message(out, b'Q', |b| {

@@ -133,6 +133,8 @@ pub struct ClientStatements {
     pub opaque: bool,
     /// The last batch, kept to run it again after PostgreSQL refused a stale plan.
     pub retry: super::retry::Retry,
+    /// A name the client prepared again while it still had it, for the relay to log.
+    pub reused: Option<Box<[u8]>>,
 }
 
 impl ClientStatements {

@@ -77,13 +77,29 @@ pub fn client_message(
                 return Edit::Hold;
             };
             p.counts.client_parses += 1;
-            if p.names.contains_key(name) {
+            if let Some(def) = p.names.get(name).cloned() {
+                let error = already_exists(p, name);
                 // PostgreSQL parses the text before it finds the name taken: a syntax
                 // error, or a failed transaction, is what the client hears of first.
-                put_unnamed_parse(out, rest);
-                p.push(Reply::Discarded);
-                let msg = format!("prepared statement \"{}\" already exists", lossy(name));
-                return fail(p, out, PgError::error("42P05", msg));
+                // Unless the server has the statement, whose Parse under its server
+                // name does both, that is the unnamed Parse's to tell.
+                let held = server.touch(def.id);
+                if !held {
+                    put_unnamed_parse(out, rest);
+                    p.push(Reply::Discarded);
+                }
+                // Then PostgreSQL's own error for the statement's server name, after
+                // which the server skips to Sync: its log shows the client's mistake,
+                // none of Weir's making.
+                if held || ensure_any(p, server, &def, cx, out) {
+                    put_parse_as(out, &def, rest);
+                    p.push(Reply::Fail {
+                        error,
+                        query: false,
+                    });
+                    return Edit::Replace;
+                }
+                return fail(p, out, error);
             }
             let def = intern(rest);
             let name: Box<[u8]> = name.into();
@@ -271,6 +287,14 @@ fn missing_as(
     })
 }
 
+/// PostgreSQL's error for a name the client has prepared already (the client stays, as
+/// it would with PostgreSQL, where PgBouncer closes it).
+fn already_exists(p: &mut ClientStatements, name: &[u8]) -> PgError {
+    p.reused = Some(name.into());
+    let msg = format!("prepared statement \"{}\" already exists", lossy(name));
+    PgError::error("42P05", msg)
+}
+
 fn fail(p: &mut ClientStatements, out: &mut BytesMut, error: PgError) -> Edit {
     fail_as(p, out, error, false)
 }
@@ -279,7 +303,7 @@ fn fail_as(p: &mut ClientStatements, out: &mut BytesMut, error: PgError, query: 
     if query {
         put_failing_query(out);
     } else {
-        put_failing_parse(out);
+        put_failing_message(out);
     }
     p.push(Reply::Fail { error, query });
     Edit::Replace
@@ -297,8 +321,8 @@ fn sql_prepare(
 ) -> Edit {
     p.counts.client_parses += 1;
     if p.names.contains_key(&name[..]) {
-        let msg = format!("prepared statement \"{}\" already exists", lossy(&name));
-        return fail_as(p, out, PgError::error("42P05", msg), true);
+        let error = already_exists(p, &name);
+        return fail_as(p, out, error, true);
     }
     let def = intern_sql(rest);
     let name: Box<[u8]> = name.into();

@@ -58,6 +58,8 @@ const PARK_AFTER_ROUNDS: u8 = 5;
 #[derive(Debug)]
 pub struct ClientInfo {
     pub key: BackendKey,
+    /// SHOW CLIENTS `id` and KILL_CLIENT's argument (see `registry::next_id`).
+    pub id: u64,
     /// Names shared by the clients that give the same (see `shared_name`).
     pub user: Arc<str>,
     pub database: Arc<str>,
@@ -479,6 +481,7 @@ impl ClientInfo {
     ) -> ClientInfo {
         ClientInfo {
             key,
+            id: super::next_id(),
             user: shared_name(user),
             database: shared_name(database),
             peer,

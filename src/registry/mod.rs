@@ -93,6 +93,14 @@ impl<K: Eq + Hash + Copy, T> Default for Registry<K, T> {
 }
 
 /// Microseconds since the epoch, 0 meaning "never": what the admin console shows as times.
+/// SHOW CLIENTS/SERVERS/SOCKETS `id`: one sequence for clients, console sessions and
+/// servers alike, as PgBouncer numbers its sockets, so that an id names one of them.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 pub fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

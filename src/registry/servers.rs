@@ -22,7 +22,11 @@ pub enum ServerState {
 pub struct ServerInfo {
     pub id: u64,
     pub user: String,
+    /// The database name PostgreSQL was asked for.
     pub database: String,
+    /// The pooler's name for it (the `[databases]` entry), which log lines name, as
+    /// PgBouncer's `S-` prefix does.
+    pub pool_database: Box<str>,
     pub addr: ServerAddr,
     pub connect_time: u64,
     remote_pid: AtomicU32,
@@ -127,13 +131,19 @@ impl ServerInfo {
 pub struct ServerHandle(pub Arc<ServerInfo>);
 
 impl ServerHandle {
-    pub fn register(id: u64, user: &str, database: &str, addr: &ServerAddr) -> ServerHandle {
+    pub fn register(
+        id: u64,
+        user: &str,
+        (database, pool_database): (&str, &str),
+        addr: &ServerAddr,
+    ) -> ServerHandle {
         let info = SERVERS.insert_with(
             || id,
             |id| ServerInfo {
                 id,
                 user: user.to_owned(),
                 database: database.to_owned(),
+                pool_database: pool_database.into(),
                 addr: addr.clone(),
                 connect_time: now_micros(),
                 remote_pid: AtomicU32::new(0),

@@ -54,7 +54,8 @@ pub enum ConnectError {
     Closed,
     #[error("server connection timed out")]
     Timeout,
-    #[error("{0}")]
+    /// Shown as PgBouncer logs it, severity and message: the SQLSTATE is no part of it.
+    #[error("{} {}", .0.severity, .0.message)]
     Server(PgError),
     #[error("{0}")]
     Auth(String),
@@ -77,6 +78,12 @@ impl ConnectError {
             other => PgError::fatal("08006", format!("server login failed: {other}")),
         }
     }
+}
+
+/// PgBouncer's `server login failed: wrong password type`: the stored secret is of a kind
+/// the method PostgreSQL asks for cannot use (SCRAM for md5, md5 for SCRAM).
+fn wrong_password_type() -> ConnectError {
+    ConnectError::Auth("wrong password type".into())
 }
 
 /// The server's side of a login, sans I/O: each message it sends is a `step`, and the
@@ -144,10 +151,12 @@ impl<'a> Login<'a> {
                             return Err(ConnectError::Protocol("short md5 salt"));
                         }
                         let salt = [body[0], body[1], body[2], body[3]];
-                        let response = self
-                            .secret
-                            .and_then(|s| weir_auth::md5_response(self.user, s, salt))
-                            .ok_or_else(|| ConnectError::Auth("server asks for md5, and no password or md5 secret is configured".into()))?;
+                        let response = match self.secret {
+                            // PgBouncer's words: a SCRAM secret cannot answer md5.
+                            Some(Secret::Scram(_)) => return Err(wrong_password_type()),
+                            s => s.and_then(|s| weir_auth::md5_response(self.user, s, salt))
+                                .ok_or_else(|| ConnectError::Auth("server asks for md5, and no password or md5 secret is configured".into()))?,
+                        };
                         let mut data = response.into_bytes();
                         data.push(0);
                         messages::password_message(out, &data);
@@ -166,6 +175,7 @@ impl<'a> Login<'a> {
                         let credential = match (self.secret, self.scram_keys.clone()) {
                             (Some(Secret::Plain(p)), _) => Credential::Password(p.clone()),
                             (_, Some(keys)) => keys,
+                            (Some(Secret::Md5(_)), None) => return Err(wrong_password_type()),
                             _ => return Err(ConnectError::Auth("server asks for SCRAM, and neither a password nor the client's SCRAM keys are available".into())),
                         };
                         let binding = match &self.binding {
@@ -251,6 +261,12 @@ pub async fn connect(
     .await
 }
 
+tokio::task_local! {
+    /// Set while connect_one logs in: a connection of Weir's own (a host check, an LSN
+    /// query), not one of a pool's.
+    static OWN_PROBE: bool;
+}
+
 /// Connects and logs in to one given address, within the connect timeout (host checks).
 pub async fn connect_one(
     target: &ServerTarget,
@@ -260,7 +276,8 @@ pub async fn connect_one(
 ) -> Result<ServerConn, ConnectError> {
     let mut one = target.clone();
     one.addr = addr.clone();
-    match crate::timers::timeout(timeout, connect_inner(&one, scram_keys)).await {
+    let login = OWN_PROBE.scope(true, connect_inner(&one, scram_keys));
+    match crate::timers::timeout(timeout, login).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout),
     }
@@ -312,10 +329,14 @@ async fn attempt(
     tls: Option<(&str, bool)>,
 ) -> Result<ServerConn, ConnectError> {
     let id = ServerConn::next_id();
-    let info = ServerHandle::register(id, &target.user, &target.database, &target.addr);
+    let names = (target.database.as_str(), &*target.hosts.name);
+    let info = ServerHandle::register(id, &target.user, names, &target.addr);
     let mut stream = open(&target.addr, &target.tcp).await?;
     info.0.set_local(stream.local());
-    crate::conn_log::server_opened(&info.0);
+    // Weir's own probes are no connections of PgBouncer's, whose lines log parsers count.
+    if !OWN_PROBE.try_with(|p| *p).unwrap_or(false) {
+        crate::conn_log::server_opened(&info.0);
+    }
     if let Some((host, required)) = tls {
         stream = crate::tls::connect::upgrade(stream, &target.tls, host, required).await?;
     }

@@ -6,7 +6,6 @@ pub mod passenger;
 pub mod welcome;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,8 +25,6 @@ pub use weir_auth::scram::Credential as ScramCredential;
 
 pub use crate::protocol::BackendKey;
 pub use crate::stream::ServerAddr;
-
-static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
 
 pub struct ServerConn {
     pub id: u64,
@@ -73,7 +70,7 @@ impl fmt::Debug for ServerConn {
 
 impl ServerConn {
     pub(crate) fn next_id() -> u64 {
-        NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed)
+        crate::registry::next_id()
     }
 
     /// Whether the socket is registered with another worker's runtime than this one.

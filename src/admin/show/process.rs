@@ -5,8 +5,8 @@
 
 use weir_config::General;
 
+use super::super::control;
 use super::super::rowset::{text, RowSet};
-use super::super::{control, COMPAT_VERSION};
 use crate::app::App;
 
 pub(crate) fn config(app: &App) -> RowSet {
@@ -43,10 +43,7 @@ pub(crate) fn state() -> RowSet {
 
 pub(crate) fn version() -> RowSet {
     let mut rs = RowSet::new("s", &["version"]);
-    rs.push(vec![text(format!(
-        "PgBouncer {COMPAT_VERSION} (weir {})",
-        env!("CARGO_PKG_VERSION")
-    ))]);
+    rs.push(vec![text(crate::cli::VERSION)]);
     rs
 }
 

@@ -163,7 +163,7 @@ fn client_row(ctx: &Ctx, c: &Arc<ClientInfo>, state: &str, debug: bool) -> Vec<V
         text(crate::registry::client_tls::get(c)),
         text(&*c.application_name),
         int(c.prepared()),
-        int(c.key.pid),
+        int(c.id),
         text(crate::gucs::pin_text(c.pinned())),
     ];
     if debug {
@@ -197,7 +197,7 @@ fn admin_row(ctx: &Ctx, a: &Arc<sessions::AdminSession>, state: &str) -> Vec<Val
         text(""),
         text(&a.application_name),
         int(0),
-        int(a.id),
+        int(a.serial),
         text(""),
     ]
 }

@@ -46,7 +46,11 @@ fn figures(d: &Delta) -> [u64; 12] {
 /// Per database: (totals now, totals at the start of the averaging window).
 fn stats_by_database(app: &App) -> BTreeMap<String, (Delta, Delta)> {
     let mut out: BTreeMap<String, (Delta, Delta)> = BTreeMap::new();
-    out.insert(ADMIN_DB.to_owned(), Default::default());
+    let console = (
+        super::super::sessions::console_stats(),
+        period::window_start(ADMIN_DB, ""),
+    );
+    out.insert(ADMIN_DB.to_owned(), console);
     for p in sorted_pools(app) {
         let e = out.entry(p.database.clone()).or_default();
         period::add(&mut e.0, &p.stats.read());
