@@ -560,3 +560,34 @@ async fn server_login_md5_with_a_scram_secret_is_the_wrong_password_type() {
         weir.log_tail()
     );
 }
+
+/// auth_type = any takes any user name without a password, so only a database that logs
+/// in as a user of its own (a forced user) is served; another is a configuration error,
+/// as in PgBouncer, not a login as whoever the client claims to be.
+#[test]
+fn auth_type_any_needs_a_forced_user() {
+    let pg = PgServer::start();
+    let weir = Weir::builder()
+        .set("auth_type", "any")
+        .database(
+            "forced",
+            &format!("{} dbname=postgres user=postgres", pg.connstr()),
+        )
+        .database("free", &format!("{} dbname=postgres", pg.connstr()))
+        .start();
+    let mut c = RawConn::startup(weir.port(), "whoever", "forced", &[]).expect("any user");
+    assert_eq!(c.query_one("select current_user"), "postgres");
+    let Err(e) = RawConn::startup(weir.port(), "postgres", "free", &[]) else {
+        panic!("auth_type any served a database without a forced user");
+    };
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("08P01", "bouncer config error"),
+        "{e:?}"
+    );
+    assert!(
+        weir.log().contains("auth_type=any requires forced user"),
+        "{}",
+        weir.log_tail()
+    );
+}

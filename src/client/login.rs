@@ -407,6 +407,7 @@ pub async fn login(
         .await
         .map_err(refuse)?;
     let secret = snap.secret(&user).or(looked_up.as_ref());
+    let any = matches!(method, Method::Any);
     let scram_keys = authenticate(&snap, stream, buf, &user, secret, method)
         .await
         .map_err(refuse)?;
@@ -415,6 +416,17 @@ pub async fn login(
             "3D000",
             format!("no such database: {database}"),
         )));
+    }
+    // auth_type any ignores the name the client gives, so only a database that logs in
+    // as a user of its own may take it: else anyone would be whom they claim towards
+    // PostgreSQL. PgBouncer refuses it alike.
+    if any
+        && snap
+            .resolve_database(&database)
+            .is_some_and(|(db, _)| db.user.is_none())
+    {
+        tracing::error!("auth_type=any requires forced user for database \"{database}\"");
+        return Err(refuse(PgError::fatal("08P01", "bouncer config error")));
     }
     let g = &snap.config.general;
     let limits = Limits {
