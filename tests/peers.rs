@@ -66,18 +66,25 @@ fn cancel_via(dir: &Path, port: u16, key: (i32, i32)) {
     s.write_all(&cancel_request(key.0, key.1)).unwrap();
 }
 
-/// Which of the two Weirs holds the client with this pid: its console (reached over its
-/// own Unix socket) lists it.
-fn holder(dirs: &[&Path; 2], port: u16, pid: i32) -> usize {
+/// Which of the two Weirs holds client `c`: its console (reached over its own Unix
+/// socket) lists the client's address and port, as PgBouncer's SHOW CLIENTS does (its
+/// `id` is the console's own counter, not the cancel key).
+fn holder(dirs: &[&Path; 2], port: u16, c: &RawConn) -> usize {
+    let client_port = c
+        .stream
+        .local_addr()
+        .expect("local address")
+        .port()
+        .to_string();
     for (i, dir) in dirs.iter().enumerate() {
         let dir = dir.display().to_string();
         let rows = psql_at(&dir, port, "pgbouncer", "postgres", None, "SHOW CLIENTS")
             .unwrap_or_else(|e| panic!("console of peer {}: {e}", i + 1));
-        if rows.split(['|', '\n']).any(|v| v == pid.to_string()) {
+        if rows.split(['|', '\n']).any(|v| v == client_port) {
             return i;
         }
     }
-    panic!("no peer lists client {pid}");
+    panic!("no peer lists a client from port {client_port}");
 }
 
 #[test]
@@ -89,7 +96,7 @@ fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
         // Over TCP the kernel picks one of the two processes for each connection.
         let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
         let key = c.key.expect("BackendKeyData");
-        let held_by = holder(&dirs, port, key.0);
+        let held_by = holder(&dirs, port, &c);
         c.send(&query("select pg_sleep(30)"));
         assert!(eventually(Duration::from_secs(10), || pg
             .count_backends_where(
@@ -121,7 +128,7 @@ fn a_cancel_with_no_time_to_live_left_is_dropped() {
     let (port, dirs) = (peers.port, peers.dirs());
     let mut c = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
     let key = c.key.expect("BackendKeyData");
-    let held_by = holder(&dirs, port, key.0);
+    let held_by = holder(&dirs, port, &c);
     // The holder's stamp, with its time to live (the low 2 bits) taken to 0.
     assert_eq!(
         (key.1 as u32) >> 16,

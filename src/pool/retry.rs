@@ -50,11 +50,7 @@ impl LoginBackoff {
         let waiters = turns_away(e);
         self.tell = TellAtOnce {
             waiters,
-            logins: waiters
-                || matches!(
-                    e,
-                    ConnectError::Auth(_) | ConnectError::Protocol(_) | ConnectError::Tls(_)
-                ),
+            logins: waiters || fails_logins(e),
         };
         self.delay = if unreachable(e) {
             let backoff = FIRST_RETRY
@@ -116,6 +112,18 @@ pub(super) fn turns_away(e: &ConnectError) -> bool {
     }
 }
 
+/// True when a failure is told to a client logging in at once though its waiters wait:
+/// a setting of Weir's own is at fault, or every host answered and none fits
+/// target_session_attrs (08001, see server::hosts), which the client is told as a direct
+/// libpq connection would.
+fn fails_logins(e: &ConnectError) -> bool {
+    match e {
+        ConnectError::Auth(_) | ConnectError::Protocol(_) | ConnectError::Tls(_) => true,
+        ConnectError::Server(pg) => pg.code == "08001",
+        ConnectError::Io(_) | ConnectError::Closed | ConnectError::Timeout => false,
+    }
+}
+
 /// True when PostgreSQL was not there to refuse: no connection, a connection closed or
 /// timed out, or a server shutting down or still starting up (SQLSTATE class 57P, 08).
 fn unreachable(e: &ConnectError) -> bool {
@@ -158,6 +166,18 @@ mod tests {
         assert_eq!(
             b.failed(&refused(), Duration::from_millis(100)).1,
             Duration::from_millis(100)
+        );
+        // An unreachable server is waited for by logins too; no host fitting
+        // target_session_attrs is told to them at once.
+        assert!(!b.tell_at_once().logins);
+        let unfit = ConnectError::Server(PgError::fatal("08001", "no server host fits"));
+        b.failed(&unfit, retry);
+        assert_eq!(
+            b.tell_at_once(),
+            TellAtOnce {
+                waiters: false,
+                logins: true
+            }
         );
         b.succeeded();
         assert!(b.blocked().is_none() && b.last().is_none());
