@@ -256,3 +256,66 @@ fn reload_takes_new_certificates_without_dropping_clients() {
     let _ = held.wait();
     let _ = std::fs::remove_dir_all(&live);
 }
+
+/// X.509 v1 certificates towards clients (issue 26). Weir's own certificate may be v1:
+/// rustls refused to load it (its key check parses it with webpki), but it is libpq
+/// (OpenSSL) that verifies it, and verify-full takes it (by its common name, as it has
+/// no subjectAltName).
+#[test]
+fn a_v1_certificate_of_weir_is_shown_to_clients() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    certs.v1_signed("weir-v1", "localhost");
+    assert!(certs.is_v1("weir-v1.crt"));
+    let weir = Weir::for_pg(&pg)
+        .set("client_tls_sslmode", "require")
+        .set("client_tls_cert_file", certs.p("weir-v1.crt"))
+        .set("client_tls_key_file", certs.p("weir-v1.key"))
+        .start();
+    let full = format!(
+        "sslmode=verify-full sslrootcert={} host=localhost",
+        certs.p("ca.crt")
+    );
+    assert_eq!(psql_conninfo(&weir, &full, "select 1").as_deref(), Ok("1"));
+    let e = psql_conninfo(&weir, "sslmode=disable", "select 1").expect_err("plain client");
+    assert!(e.contains("SSL required"), "{e}");
+}
+
+/// A v1 CA: libpq verifies Weir's v3 certificate it signed, and as client_tls_ca_file
+/// it is a trust anchor for clients' v3 certificates under verify-ca. A client's own v1
+/// certificate cannot be verified by rustls: the login is refused, and the log says why
+/// and how to reissue it rather than "UnsupportedCertVersion".
+#[test]
+fn v1_ca_and_v1_client_certificates() {
+    let pg = PgServer::start();
+    let certs = Certs::with_v1_ca();
+    assert!(certs.is_v1("ca.crt"));
+    certs.client("client", "postgres");
+    certs.v1_signed("client-v1", "postgres");
+    assert!(certs.is_v1("client-v1.crt"));
+    let weir = with_tls(&pg, &certs, "verify-ca")
+        .set("client_tls_ca_file", certs.p("ca.crt"))
+        .start();
+    let conninfo = |cert: &str| {
+        format!(
+            "sslmode=verify-full sslrootcert={} host=localhost sslcert={} sslkey={}",
+            certs.p("ca.crt"),
+            certs.p(&format!("{cert}.crt")),
+            certs.p(&format!("{cert}.key"))
+        )
+    };
+    assert_eq!(
+        psql_conninfo(&weir, &conninfo("client"), "select 1").as_deref(),
+        Ok("1")
+    );
+    let e = psql_conninfo(&weir, &conninfo("client-v1"), "select 1")
+        .expect_err("a v1 client certificate accepted unverified");
+    assert!(!e.is_empty());
+    assert!(
+        weir.log().contains(
+            "the client's certificate is X.509 v1, which rustls cannot verify; reissue it as X.509 v3"
+        ),
+        "{}",
+        weir.log_tail()
+    );
+}

@@ -48,11 +48,10 @@ fn assert_tls_set_refused(c: &mut RawConn, sql: &str) {
     );
 }
 
-/// Files that cannot be used (an X.509 v1 certificate, which webpki refuses; a file that
-/// does not exist; a key that is not the certificate's) may be named while the mode is
-/// disable, as PgBouncer reads them only when TLS is in use; then SET client_tls_sslmode
-/// = require is refused, SHOW CONFIG still says disable, and clients are taken as under
-/// disable.
+/// Files that cannot be used (a file with no certificate in it; a file that does not
+/// exist; a key that is not the certificate's) may be named while the mode is disable,
+/// as PgBouncer reads them only when TLS is in use; then SET client_tls_sslmode = require
+/// is refused, SHOW CONFIG still says disable, and clients are taken as under disable.
 #[test]
 fn require_is_refused_when_the_files_cannot_be_used() {
     let pg = PgServer::start();
@@ -62,7 +61,8 @@ fn require_is_refused_when_the_files_cannot_be_used() {
     let weir = Weir::for_pg(&pg).set("admin_users", "postgres").start();
     let mut c = console(&weir);
     let bad = [
-        ("v1.crt", "v1.key"),
+        ("server.key", "server.key"),
+        ("v1.crt", "server.key"),
         ("missing.crt", "server.key"),
         ("server.crt", "other.key"),
     ];
@@ -218,7 +218,8 @@ fn a_bad_file_on_disk_under_require_neither_reload_nor_set_turns_tls_off() {
         "{}",
         weir.log_tail()
     );
-    let e = console_unix(&weir, "RELOAD").expect_err("RELOAD with a v1 certificate");
+    let e =
+        console_unix(&weir, "RELOAD").expect_err("RELOAD with a certificate that is not the key's");
     assert!(e.contains("RELOAD failed"), "{e}");
     assert_plain_refused(&weir);
     assert_eq!(

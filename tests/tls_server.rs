@@ -220,13 +220,10 @@ fn bad_files_are_startup_errors() {
     );
 }
 
-/// pg_hba `cert`: Weir logs in with server_tls_cert_file/server_tls_key_file and no
-/// password; without them the server refuses.
-#[test]
-fn client_certificate_login() {
-    let certs = Certs::new();
-    certs.client("weir-client", "certuser");
-    let pg = tls_pg(&certs, "server");
+/// A PostgreSQL that lets certuser in by its certificate only (pg_hba `cert`), and Weir
+/// in front of it under verify-full, without a certificate yet.
+fn cert_login(certs: &Certs) -> (PgServer, WeirBuilder) {
+    let pg = tls_pg(certs, "server");
     pg.exec("create role certuser login");
     pg.set_hba_only(&["hostssl all certuser 127.0.0.1/32 cert"]);
     let builder = Weir::builder()
@@ -234,6 +231,16 @@ fn client_certificate_login() {
         .set("server_tls_sslmode", "verify-full")
         .set("server_tls_ca_file", certs.p("ca.crt"))
         .userlist(&[("certuser", "")]);
+    (pg, builder)
+}
+
+/// pg_hba `cert`: Weir logs in with server_tls_cert_file/server_tls_key_file and no
+/// password; without them the server refuses.
+#[test]
+fn client_certificate_login() {
+    let certs = Certs::new();
+    certs.client("weir-client", "certuser");
+    let (_pg, builder) = cert_login(&certs);
     let weir = builder
         .clone()
         .set("server_tls_cert_file", certs.p("weir-client.crt"))
@@ -674,4 +681,95 @@ fn verify_without_a_ca_file_uses_the_system_bundle() {
     let e = login_error(&weir);
     assert_eq!(e.code, "08006", "{e:?}");
     assert!(e.message.contains("UnknownIssuer"), "{e:?}");
+}
+
+/// X.509 v1 certificates towards servers (issue 26). A v1 CA in server_tls_ca_file is a
+/// trust anchor like any other: verify-full takes the v3 server certificate it signed.
+/// A v1 server certificate cannot be verified by rustls: verify-ca and verify-full
+/// refuse it (never connecting unverified) with 08006 and a message, in the log too,
+/// that names the cause and how to reissue it; require, which checks no certificate,
+/// takes it as libpq does (it failed too).
+#[test]
+fn v1_certificates_of_servers() {
+    let certs = Certs::with_v1_ca();
+    assert!(certs.is_v1("ca.crt"));
+    assert!(!certs.is_v1("server.crt"));
+    let pg = tls_pg(&certs, "server");
+    let weir = weir_to(&pg, "localhost", "verify-full")
+        .set("server_tls_ca_file", certs.p("ca.crt"))
+        .start();
+    let ssl = session_ssl(&weir);
+    assert!(ssl.as_ref().is_ok_and(|s| s.starts_with('t')), "{ssl:?}");
+
+    certs.v1_signed("server-v1", "localhost");
+    assert!(certs.is_v1("server-v1.crt"));
+    pg.enable_tls(
+        &certs.path("server-v1.crt"),
+        &certs.path("server-v1.key"),
+        &certs.path("ca.crt"),
+    );
+    for mode in ["verify-full", "verify-ca"] {
+        let weir = weir_to(&pg, "localhost", mode)
+            .set("server_tls_ca_file", certs.p("ca.crt"))
+            .start();
+        let e = login_error(&weir);
+        assert_eq!(e.code, "08006", "{mode}: {e:?}");
+        assert!(
+            e.message
+                .contains("the server's certificate is X.509 v1, which rustls cannot verify; reissue it as X.509 v3"),
+            "{mode}: {e:?}"
+        );
+        assert!(
+            weir.log().contains("the server's certificate is X.509 v1"),
+            "{mode}: {}",
+            weir.log_tail()
+        );
+    }
+    // The handshake's signature is still checked with the certificate's key, in TLS 1.2
+    // and 1.3 (rustls' own check parses the certificate with webpki and failed here).
+    for (protocols, version) in [("tlsv1.3", "TLSv1.3"), ("tlsv1.2", "TLSv1.2")] {
+        let weir = weir_to(&pg, "localhost", "require")
+            .set("server_tls_protocols", protocols)
+            .start();
+        let ssl = session_ssl(&weir);
+        assert_eq!(
+            ssl.as_deref(),
+            Ok(format!("t|{version}").as_str()),
+            "{}",
+            weir.log_tail()
+        );
+    }
+}
+
+/// A v1 certificate as Weir's own towards PostgreSQL (server_tls_cert_file, pg_hba
+/// `cert`): rustls refused to load it (its key check parses it with webpki); PostgreSQL
+/// (OpenSSL) verifies it, so Weir now offers it and the login succeeds. A key that is not
+/// the certificate's is still refused at startup.
+#[test]
+fn v1_client_certificate_towards_servers() {
+    let certs = Certs::new();
+    certs.v1_signed("weir-client", "certuser");
+    assert!(certs.is_v1("weir-client.crt"));
+    let (_pg, builder) = cert_login(&certs);
+    let builder = builder.set("server_tls_cert_file", certs.p("weir-client.crt"));
+    let weir = builder
+        .clone()
+        .set("server_tls_key_file", certs.p("weir-client.key"))
+        .start();
+    assert_eq!(
+        psql_via(&weir, "postgres", "certuser", "select current_user").as_deref(),
+        Ok("certuser")
+    );
+    let mut weir = builder
+        .set("server_tls_key_file", certs.p("server.key"))
+        .spawn();
+    assert!(weir
+        .wait_exit(std::time::Duration::from_secs(10))
+        .is_some_and(|s| !s.success()));
+    assert!(
+        weir.stderr()
+            .contains("the private key is not the certificate's"),
+        "{}",
+        weir.stderr()
+    );
 }

@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::ServerConfig;
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use weir_config::{General, SslMode};
 
 /// How clients are accepted, built from the configuration when it is loaded (and again on
@@ -57,11 +60,12 @@ impl ClientTls {
         let builder = match &g.client_tls_ca_file {
             Some(ca) => {
                 let roots = Arc::new(super::roots(ca).map_err(what)?);
-                let v = WebPkiClientVerifier::builder_with_provider(roots, provider);
+                let v = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
                 // Below verify-ca a certificate is checked when the client gives one (it
                 // may be used for auth_type cert) but none is needed.
                 let v = if verify { v } else { v.allow_unauthenticated() };
-                builder.with_client_cert_verifier(v.build().map_err(|e| what(e.to_string()))?)
+                let v = v.build().map_err(|e| what(e.to_string()))?;
+                builder.with_client_cert_verifier(Arc::new(ExplainV1(v)))
             }
             None if verify => {
                 return Err(what(
@@ -70,11 +74,10 @@ impl ClientTls {
             }
             None => builder.with_no_client_auth(),
         };
-        let chain = super::certs(cert).map_err(what)?;
-        let end_point = super::end_point(&chain[0]);
-        let mut config = builder
-            .with_single_cert(chain, super::key(key).map_err(what)?)
-            .map_err(|e| what(format!("{} with {}: {e}", cert.display(), key.display())))?;
+        let certified = super::certified_key(cert, key, &provider).map_err(what)?;
+        let end_point = super::end_point(&certified.cert[0]);
+        let mut config =
+            builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)));
         // libpq 17 and later send it (and require it for sslnegotiation=direct); clients
         // that send no ALPN are accepted all the same.
         config.alpn_protocols = vec![b"postgresql".to_vec()];
@@ -88,5 +91,57 @@ impl ClientTls {
             config: Some(Arc::new(config)),
             end_point,
         })
+    }
+}
+
+/// webpki's verifier, whose refusal of a client's X.509 v1 certificate says what it is
+/// and how to reissue it (see `super::explain_v1`).
+#[derive(Debug)]
+struct ExplainV1(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for ExplainV1 {
+    fn offer_client_auth(&self) -> bool {
+        self.0.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.0.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.0
+            .verify_client_cert(end_entity, intermediates, now)
+            .map_err(|e| super::explain_v1(e, "the client's", end_entity, intermediates))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }

@@ -72,11 +72,10 @@ impl ServerTls {
                 let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                     .build()
                     .map_err(|e| what(e.to_string()))?;
-                if g.server_tls_sslmode == SslMode::VerifyFull {
-                    webpki
-                } else {
-                    Arc::new(ChainOnly(webpki))
-                }
+                Arc::new(Webpki {
+                    inner: webpki,
+                    check_name: g.server_tls_sslmode == SslMode::VerifyFull,
+                })
             }
             _ => {
                 // Read all the same, so that a bad file is found at load and not when
@@ -84,19 +83,19 @@ impl ServerTls {
                 if let Some(ca) = &g.server_tls_ca_file {
                     super::roots(ca).map_err(what)?;
                 }
-                Arc::new(Unverified(provider))
+                Arc::new(Unverified(provider.clone()))
             }
         };
         let builder = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier);
         let mut config = match (&g.server_tls_cert_file, &g.server_tls_key_file) {
-            (Some(cert), Some(key)) => builder
-                .with_client_auth_cert(
-                    super::certs(cert).map_err(what)?,
-                    super::key(key).map_err(what)?,
-                )
-                .map_err(|e| what(format!("{}: {e}", key.display())))?,
+            (Some(cert), Some(key)) => {
+                let certified = super::certified_key(cert, key, &provider).map_err(what)?;
+                builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
+                    certified,
+                )))
+            }
             (None, None) => builder.with_no_client_auth(),
             // One of the pair: the console sets them one at a time, as PgBouncer's
             // does. No certificate is offered until both are there (a server that asks
@@ -247,12 +246,16 @@ pub fn session(stream: &Stream) -> Option<&rustls::ClientConnection> {
     }
 }
 
-/// verify-ca: the chain must lead to a root of server_tls_ca_file; the name in the
-/// certificate is not looked at.
+/// verify-full and verify-ca: the chain must lead to a root of server_tls_ca_file; the
+/// name in the certificate is looked at only under verify-full. A refusal because the
+/// certificate is X.509 v1 says so (see `super::explain_v1`).
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Webpki {
+    inner: Arc<WebPkiServerVerifier>,
+    check_name: bool,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Webpki {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -261,16 +264,25 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the name only once the chain is good: a name error means the
-        // chain passed.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            // webpki checks the name only once the chain is good: a name error means the
+            // chain passed.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            Err(e) => Err(super::explain_v1(
+                e,
+                "the server's",
+                end_entity,
+                intermediates,
+            )),
+            Ok(v) => Ok(v),
         }
     }
 
@@ -280,7 +292,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.inner.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -289,11 +301,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.inner.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.inner.supported_verify_schemes()
     }
 }
 
@@ -321,12 +333,9 @@ impl ServerCertVerifier for Unverified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        let algs = &self.0.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algs)
+            .or_else(|e| v1_fallback(e, message, cert, dss, algs, false))
     }
 
     fn verify_tls13_signature(
@@ -335,17 +344,30 @@ impl ServerCertVerifier for Unverified {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        let algs = &self.0.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algs)
+            .or_else(|e| v1_fallback(e, message, cert, dss, algs, true))
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
+}
+
+/// rustls could not check a handshake signature: when that is because the certificate is
+/// X.509 v1 (see `super::v1_signature`), it is checked with the certificate's key.
+fn v1_fallback(
+    err: rustls::Error,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+    algs: &rustls::crypto::WebPkiSupportedAlgorithms,
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    if !super::is_v1(cert) {
+        return Err(err);
+    }
+    super::v1_signature(message, cert, dss, algs, tls13)
 }
 
 /// What SHOW SERVERS and SHOW CLIENTS say of a TLS session, as PgBouncer does:

@@ -8,10 +8,14 @@ pub mod connect;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::aws_lc_rs::{cipher_suite as cs, default_provider};
 use rustls::crypto::CryptoProvider;
+use rustls::crypto::{verify_tls13_signature_with_raw_key, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, SubjectPublicKeyInfoDer};
+use rustls::sign::CertifiedKey;
+use rustls::DigitallySignedStruct;
 use rustls::{RootCertStore, SupportedCipherSuite, SupportedProtocolVersion};
 
 /// OpenSSL's names for the suites rustls has (TLS 1.3 ones under their RFC names, as
@@ -257,6 +261,171 @@ pub fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
         .map_err(|e| format!("{}: no usable private key ({e})", path.display()))
 }
 
+/// Weir's own certificate (towards clients or servers) with its key. Not rustls'
+/// `with_single_cert`: it checks that the key is the certificate's by parsing the
+/// certificate with webpki, which refuses X.509 v1 ones (UnsupportedCertVersion), though
+/// the peer is the one to verify it and OpenSSL (libpq, PostgreSQL) accepts them. The
+/// same check is made here with a parser that takes v1.
+pub fn certified_key(
+    cert: &Path,
+    key: &Path,
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, String> {
+    let chain = certs(cert)?;
+    let signing = provider
+        .key_provider
+        .load_private_key(self::key(key)?)
+        .map_err(|e| format!("{}: {e}", key.display()))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&chain[0])
+        .map_err(|e| format!("{}: not a usable certificate ({e})", cert.display()))?;
+    // A key type that cannot say its public key is taken, as rustls does.
+    if let Some(spki) = signing.public_key() {
+        if spki.as_ref() != parsed.tbs_certificate.subject_pki.raw {
+            return Err(format!(
+                "{} with {}: the private key is not the certificate's",
+                cert.display(),
+                key.display()
+            ));
+        }
+    }
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
+}
+
+/// Whether a certificate is X.509 version 1 (no extensions: what `openssl x509 -req`
+/// makes without `-extfile`).
+pub fn is_v1(der: &[u8]) -> bool {
+    x509_parser::parse_x509_certificate(der)
+        .is_ok_and(|(_, c)| c.tbs_certificate.version == x509_parser::x509::X509Version::V1)
+}
+
+/// A peer's certificate failed verification: when it (or one in its chain) is X.509 v1,
+/// which webpki never verifies except as a trust anchor, the error says so and how to
+/// reissue it, rather than rustls' bare "UnsupportedCertVersion" or "BadEncoding". Only
+/// the error is changed: verification has failed either way.
+pub fn explain_v1(
+    err: rustls::Error,
+    whose: &str,
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+) -> rustls::Error {
+    let text = if is_v1(end_entity) {
+        format!(
+            "{whose} certificate is X.509 v1, which rustls cannot verify; reissue it as X.509 v3, \
+             e.g. openssl x509 -req ... -extfile v3.ext with basicConstraints=CA:FALSE \
+             (and subjectAltName=DNS:<host name>) in v3.ext"
+        )
+    } else if intermediates.iter().any(|c| is_v1(c)) {
+        format!(
+            "an intermediate CA certificate in {whose} chain is X.509 v1, which rustls accepts \
+             only as a trust anchor; put it in the CA file or reissue it as X.509 v3 with \
+             basicConstraints=CA:TRUE"
+        )
+    } else {
+        return err;
+    };
+    rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+        Arc::new(V1Certificate(text)),
+    )))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct V1Certificate(String);
+
+/// The handshake signature of a peer whose certificate is not verified (server_tls_sslmode
+/// below verify-ca), checked against the certificate's key when rustls cannot: its
+/// `verify_tls1*_signature` parse the certificate with webpki, which refuses X.509 v1
+/// ones, and so a v1 server certificate failed under require though nothing is to be
+/// verified (libpq takes it). The key is the certificate's subjectPublicKeyInfo,
+/// matched to the schemes the provider supports as webpki does.
+pub fn v1_signature(
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+    algs: &WebPkiSupportedAlgorithms,
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    if !tls13 {
+        return key_signature(message, cert, dss.scheme, dss.signature(), algs);
+    }
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).map_err(|_| bad_encoding())?;
+    verify_tls13_signature_with_raw_key(
+        message,
+        &SubjectPublicKeyInfoDer::from(parsed.tbs_certificate.subject_pki.raw),
+        dss,
+        algs,
+    )
+}
+
+fn bad_encoding() -> rustls::Error {
+    rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
+}
+
+/// `signature` of `message` checked with the certificate's key (TLS 1.2: each algorithm
+/// the scheme may mean for the key's type, as rustls tries them).
+fn key_signature(
+    message: &[u8],
+    cert: &[u8],
+    scheme: rustls::SignatureScheme,
+    signature: &[u8],
+    algs: &WebPkiSupportedAlgorithms,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).map_err(|_| bad_encoding())?;
+    let spki = &parsed.tbs_certificate.subject_pki;
+    let alg_id = der_contents(spki.raw)
+        .and_then(|(inner, _)| der_contents(inner))
+        .map(|(id, _)| id)
+        .ok_or_else(bad_encoding)?;
+    let candidates = algs
+        .mapping
+        .iter()
+        .find(|(s, _)| *s == scheme)
+        .map(|(_, a)| *a)
+        .unwrap_or_default();
+    let mut fitting = candidates
+        .iter()
+        .filter(|a| a.public_key_alg_id().as_ref() == alg_id)
+        .peekable();
+    if fitting.peek().is_none() {
+        return Err(rustls::Error::PeerMisbehaved(
+            rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme,
+        ));
+    }
+    match fitting.any(|a| {
+        a.verify_signature(&spki.subject_public_key.data, message, signature)
+            .is_ok()
+    }) {
+        true => Ok(HandshakeSignatureValid::assertion()),
+        false => Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::BadSignature,
+        )),
+    }
+}
+
+/// The contents of the DER element `der` starts with, and what follows it; None when it
+/// is cut short.
+fn der_contents(der: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (_tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at_checked(n)?;
+        let len = bytes
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, rest)
+    };
+    rest.split_at_checked(len)
+}
+
+/// The trust anchors of a CA file. X.509 v1 ones are taken (webpki reads a v1
+/// certificate as an anchor: its subject and key are all an anchor needs, and it is
+/// trusted because the configuration names it).
 pub fn roots(path: &Path) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     for c in certs(path)? {
@@ -314,6 +483,82 @@ mod tests {
                 .as_deref(),
             Some("unknown TLS cipher: ECDHE-RSA-AES128-GCM-SHA257")
         );
+    }
+
+    /// A handshake signature made with the key of an X.509 v1 certificate is taken, one
+    /// that does not match is not, and the certificate's key check takes the v1 pair and
+    /// refuses another key.
+    #[test]
+    fn v1_certificate_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl");
+            assert!(out.status.success(), "{args:?}");
+        };
+        run(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "k.pem", "-out", "r.csr", "-subj",
+            "/CN=v1",
+        ]);
+        run(&[
+            "x509", "-req", "-in", "r.csr", "-signkey", "k.pem", "-out", "c.pem",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "other.pem",
+            "-out",
+            "o.csr",
+            "-subj",
+            "/CN=o",
+        ]);
+        std::fs::write(dir.path().join("msg"), b"handshake transcript").expect("write");
+        run(&["dgst", "-sha256", "-sign", "k.pem", "-out", "sig", "msg"]);
+        let cert = certs(&dir.path().join("c.pem")).expect("cert").remove(0);
+        assert!(is_v1(&cert));
+        let algs = default_provider().signature_verification_algorithms;
+        let mut sig = std::fs::read(dir.path().join("sig")).expect("sig");
+        let scheme = rustls::SignatureScheme::RSA_PKCS1_SHA256;
+        let msg = b"handshake transcript";
+        assert!(key_signature(msg, &cert, scheme, &sig, &algs).is_ok());
+        assert!(key_signature(b"another transcript", &cert, scheme, &sig, &algs).is_err());
+        let ecdsa = rustls::SignatureScheme::ECDSA_NISTP256_SHA256;
+        assert!(key_signature(msg, &cert, ecdsa, &sig, &algs).is_err());
+        sig[10] ^= 1;
+        assert!(key_signature(msg, &cert, scheme, &sig, &algs).is_err());
+        let provider = default_provider();
+        let (c, k, o) = (
+            dir.path().join("c.pem"),
+            dir.path().join("k.pem"),
+            dir.path().join("other.pem"),
+        );
+        assert!(certified_key(&c, &k, &provider).is_ok());
+        let e = certified_key(&c, &o, &provider).err().unwrap_or_default();
+        assert!(
+            e.ends_with("the private key is not the certificate's"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn der_lengths() {
+        assert_eq!(
+            der_contents(&[0x30, 2, 1, 2, 9]),
+            Some((&[1u8, 2][..], &[9u8][..]))
+        );
+        assert_eq!(
+            der_contents(&[0x30, 0x81, 1, 7]),
+            Some((&[7u8][..], &[][..]))
+        );
+        assert_eq!(der_contents(&[0x30, 3, 1]), None);
+        assert_eq!(der_contents(&[0x30, 0x85, 1, 1, 1, 1, 1]), None);
+        assert_eq!(der_contents(&[0x30]), None);
     }
 
     #[test]
