@@ -378,6 +378,24 @@ fn replication_is_checked_and_never_a_setting() {
     assert!(e.message.contains("replication"), "{e:?}");
     let e = refused("pgbouncer", "database");
     assert_eq!(e.code, "0A000", "{e:?}");
+    // The client's settings go into its server's startup packet: none may name the
+    // database or user the pool logs in as, or it would log in elsewhere.
+    for setting in [
+        "-c database=template1",
+        "-c user=nobody",
+        "-c replication=true",
+    ] {
+        let e = RawConn::startup(
+            weir.port(),
+            "postgres",
+            "postgres",
+            &[("replication", "database"), ("options", setting)],
+        )
+        .err()
+        .unwrap_or_else(|| panic!("replication with options {setting} was let in"));
+        assert_eq!(e.code, "42704", "{setting}: {e:?}");
+    }
+    assert_eq!(walsenders(&pg), 0);
     // Weir is unharmed.
     assert_eq!(plain.query_one("select 'still here'"), "still here");
 }

@@ -29,6 +29,19 @@ impl Pool {
         params: &[(String, String)],
         scram: Option<ScramCredential>,
     ) -> Result<Lease, PgError> {
+        // The client's settings go into the server's startup packet, after the pool's
+        // user and database, where PostgreSQL takes the last of a name: one naming those
+        // would log in elsewhere than the pool does. PostgreSQL refuses such a `-c` alike.
+        if let Some((name, _)) = params.iter().find(|(n, _)| {
+            ["user", "database", "replication", "options"]
+                .iter()
+                .any(|k| n.eq_ignore_ascii_case(k))
+        }) {
+            return Err(PgError::fatal(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            ));
+        }
         gates::wait_resumed(&self.database).await;
         let settings = self.settings();
         let slot = self.room(&settings).await?;
