@@ -373,6 +373,10 @@ impl App {
                 old.target.generation,
                 limits,
             );
+            if settings.target.secret.is_none() && old.secret_learnt {
+                settings.target.secret = old.target.secret.clone();
+                settings.secret_learnt = true;
+            }
             if !same_target(&settings.target, &old.target) {
                 settings.target.generation = self.generation.fetch_add(1, Ordering::Relaxed);
             }
@@ -537,6 +541,8 @@ fn pool_settings(
             },
             slow: g.pipeline_slow_query,
         },
+        secret_learnt: false,
+        fast_close: g.server_fast_close && snap.pool_mode(db, server_user) == PoolMode::Session,
         prepared_cap: if snap.pool_mode(db, server_user) == PoolMode::Session {
             0
         } else {

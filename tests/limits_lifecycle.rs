@@ -1001,3 +1001,31 @@ fn thousand_clients_share_twelve_servers() {
         "PostgreSQL saw {max} connections; pool_size 10 + reserve 2"
     );
 }
+
+/// A reload that changes nothing keeps the servers of a pool that logs in with a secret
+/// auth_query learnt, so server_fast_close ends none of its sessions: the learnt secret
+/// used to be forgotten at each reload, every server retired, and each such session ended
+/// at every SIGHUP (a daily logrotate, say).
+#[test]
+fn a_reload_that_changes_nothing_keeps_sessions_of_auth_query_users() {
+    let pg = PgServer::start();
+    pg.create_user_lookup();
+    pg.create_user("bob", "bobpw", "md5");
+    let builder = Weir::for_pg(&pg)
+        .auth_query_lookup()
+        .set("auth_type", "plain")
+        .set("pool_mode", "session")
+        .set("server_fast_close", 1)
+        .userlist(&[("lookup", ""), ("postgres", "")]);
+    let mut weir = builder.clone().start();
+    let mut c = RawConn::startup_pw(weir.port(), "bob", "postgres", &[], Some("bobpw"))
+        .unwrap_or_else(|e| panic!("bob, looked up: {e:?}\n{}", weir.log_tail()));
+    let pid = c.query_one("select pg_backend_pid()");
+    weir.reload_with(builder);
+    assert!(
+        eventually(TIMEOUT, || weir.log().contains("configuration reloaded")),
+        "{}",
+        weir.log_tail()
+    );
+    assert_eq!(c.query_one("select pg_backend_pid()"), pid);
+}

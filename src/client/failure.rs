@@ -122,10 +122,10 @@ impl Session {
     /// does, so that the client notices its session state is gone rather than carry on
     /// without it on another server.
     pub(super) fn fast_closed(&self, held: &Lease) -> bool {
+        // RECONNECT retires servers by their generation too (admin::control).
         self.fast_close
             && self.mode == PoolMode::Session
-            && (held.generation != self.pool.settings().target.generation
-                || crate::pool::gates::close_needed(held.id))
+            && held.generation != self.pool.settings().target.generation
     }
 
     /// Closes the server of a session `fast_closed` ends, then the client.

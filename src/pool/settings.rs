@@ -38,6 +38,11 @@ pub struct PoolSettings {
     /// max_prepared_statements for the pool's clients; 0 in session mode, where a client
     /// keeps its server and its statements need no tracking.
     pub prepared_cap: u16,
+    /// The secret was learnt at a client's login (auth_query), not configured: a reload,
+    /// which knows none, keeps it rather than retire every server.
+    pub secret_learnt: bool,
+    /// server_fast_close applies: session mode with the option on.
+    pub fast_close: bool,
 }
 
 impl Pool {
@@ -52,6 +57,7 @@ impl Pool {
     pub fn update_settings(&self, settings: PoolSettings) {
         let generation = settings.target.generation;
         let retarget = self.settings().target.generation != generation;
+        let wake = retarget && settings.fast_close;
         let cap = settings.pool_size + settings.reserve_pool_size;
         self.settings.store(Arc::new(settings));
         let (stale, extra): (Vec<Conn>, Vec<Conn>) = {
@@ -78,9 +84,9 @@ impl Pool {
             crate::conn_log::server_closing(&s.info.0, "database configuration changed");
             self.closed_idle(*s);
         }
-        if retarget {
+        if wake {
             // Session-mode clients idle on a server under the old settings are woken to
-            // see whether it must go now (server_fast_close; client::failure).
+            // see that it must go now (server_fast_close; client::failure).
             let clients = &crate::registry::clients::CLIENTS;
             clients.for_each(|c| {
                 if *c.database == *self.database {
@@ -104,6 +110,7 @@ impl Pool {
         }
         let mut next = (**current).clone();
         next.target.secret = Some(secret.clone());
+        next.secret_learnt = true;
         self.settings.store(Arc::new(next));
     }
 }
