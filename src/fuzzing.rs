@@ -312,6 +312,7 @@ pub fn hba(data: &[u8]) {
                 tls: addr.is_some(),
                 database: "db",
                 user: "user",
+                physical_replication: addr.is_none(),
             });
         }
     }

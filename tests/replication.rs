@@ -446,3 +446,35 @@ fn replication_login_with_auth_query_and_refused_roles() {
         "3"
     );
 }
+
+/// auth_type = hba as PostgreSQL reads pg_hba.conf: `all` does not take a physical
+/// replication client (it could copy the whole cluster); only a `replication` line does.
+/// A logical one is matched by its database.
+#[test]
+fn hba_takes_physical_replication_only_by_its_keyword() {
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start = |hba: &str| {
+        let path = dir.path().join("hba.conf");
+        std::fs::write(&path, hba).expect("write hba");
+        weir_for(&pg)
+            .database("replication", &pg.connstr())
+            .set("auth_type", "hba")
+            .set("auth_hba_file", path.display())
+            .start()
+    };
+    let login = |weir: &Weir, kind: &str, db: &str| {
+        RawConn::startup(weir.port(), "postgres", db, &[("replication", kind)])
+    };
+    let weir = start("host all all 127.0.0.1/32 trust\n");
+    let e = login(&weir, "true", "replication")
+        .err()
+        .expect("a physical client let in by an `all` line");
+    assert_eq!(e.code, "28000", "{e:?}");
+    assert!(e.message.contains("no pg_hba.conf entry"), "{e:?}");
+    login(&weir, "database", "postgres").expect("a logical client, matched by its database");
+    drop(weir);
+    let weir = start("host replication all 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 reject\n");
+    let mut c = login(&weir, "true", "replication").expect("physical, by the replication line");
+    assert!(c.simple_query("IDENTIFY_SYSTEM").is_ok());
+}

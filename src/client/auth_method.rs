@@ -50,6 +50,7 @@ pub fn resolve(
     peer: &Endpoint,
     database: &str,
     user: &str,
+    physical_replication: bool,
 ) -> Result<Method, PgError> {
     Ok(match snap.config.general.auth_type {
         AuthType::Any => Method::Any,
@@ -65,6 +66,7 @@ pub fn resolve(
                 tls,
                 database,
                 user,
+                physical_replication,
             };
             let Some(rule) = snap.hba.as_ref().and_then(|h| h.find(&conn)) else {
                 return Err(PgError::fatal(

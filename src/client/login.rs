@@ -356,8 +356,8 @@ pub async fn login(
         let admin = g.admin_users.contains(&user);
         let full_access = own_user || any || admin;
         if !own_user {
-            let method =
-                auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
+            let method = auth_method::resolve(&snap, stream, peer, &database, &user, false)
+                .map_err(refuse)?;
             // A console user missing from auth_file is looked up as PgBouncer 1.25 does:
             // with the global auth_user, in the global auth_dbname.
             let src = crate::auth_query::global_source(&snap);
@@ -401,7 +401,9 @@ pub async fn login(
     // PgBouncer: a wrong password must be answered alike whether the database exists or
     // not, or anyone could list the databases without a password.
     let known_database = snap.resolve_database(&database).is_some();
-    let method = auth_method::resolve(&snap, stream, peer, &database, &user).map_err(refuse)?;
+    let physical = replication == Replication::Physical;
+    let method =
+        auth_method::resolve(&snap, stream, peer, &database, &user, physical).map_err(refuse)?;
     let src = crate::auth_query::source(&snap, &database);
     let looked_up = look_up(app, &snap, src, &user, &method)
         .await

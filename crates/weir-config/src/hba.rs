@@ -1,7 +1,8 @@
 //! `auth_hba_file` (pg_hba.conf format, as PgBouncer reads it) and `auth_ident_file`
 //! (pg_ident.conf format, for `map=`).
 //!
-//! Record types local, host, hostssl, hostnossl; databases `all`, `sameuser`, `@file` and
+//! Record types local, host, hostssl, hostnossl; databases `all`, `sameuser`, `replication`
+//! (physical replication, which nothing else matches, as in PostgreSQL), `@file` and
 //! names; users `all`, `@file` and names; both as comma-separated lists; addresses
 //! IPv4/IPv6 with a prefix length or a separate mask, `all`; methods trust, reject, md5,
 //! password, scram-sha-256, cert, peer; the option `map=`. A quoted name is a name even
@@ -33,6 +34,9 @@ pub enum Method {
 enum Name {
     All,
     SameUser,
+    /// PostgreSQL's `replication`: physical replication connections, which no other
+    /// database name (not even `all`) matches.
+    Replication,
     Is(String),
 }
 
@@ -67,6 +71,10 @@ pub struct Conn<'a> {
     pub tls: bool,
     pub database: &'a str,
     pub user: &'a str,
+    /// `replication=true` (a physical walsender, bound to no database): only the
+    /// `replication` keyword matches it. A logical one (`replication=database`) is
+    /// matched by its database, as in PostgreSQL.
+    pub physical_replication: bool,
 }
 
 impl Hba {
@@ -108,15 +116,21 @@ impl Rule {
             names.iter().any(|n| match n {
                 Name::All => true,
                 Name::SameUser => c.database == c.user,
+                Name::Replication => false,
                 Name::Is(s) => s == name,
             })
+        };
+        let database = if c.physical_replication {
+            self.databases.contains(&Name::Replication)
+        } else {
+            name_in(&self.databases, c.database)
         };
         let addr = match (&self.address, c.addr) {
             (None, _) | (Some(Address::All), _) => true,
             (Some(Address::Net(net, bits)), Some(ip)) => in_net(ip, *net, *bits),
             (Some(_), None) => false,
         };
-        conn && addr && name_in(&self.databases, c.database) && name_in(&self.users, c.user)
+        conn && addr && database && name_in(&self.users, c.user)
     }
 }
 
@@ -244,7 +258,8 @@ fn names(field: &Field, dir: &Path, database: bool) -> Result<Vec<Name>, String>
         match text.as_str() {
             "all" => out.push(Name::All),
             "sameuser" if database => out.push(Name::SameUser),
-            "replication" | "samerole" | "samegroup" if database => {
+            "replication" if database => out.push(Name::Replication),
+            "samerole" | "samegroup" if database => {
                 return Err(format!("database \"{text}\" is not supported"))
             }
             i if i.starts_with('+') => {
@@ -450,6 +465,7 @@ mod tests {
             tls,
             database: db,
             user,
+            physical_replication: false,
         }
     }
 
@@ -584,5 +600,24 @@ mod tests {
         assert!(!i.allows("os", "root", "app"));
         assert!(i.allows("certs", "CN One", "app"));
         assert!(Ident::parse("m /^(.*)$ \\1\n").is_err());
+    }
+
+    #[test]
+    fn physical_replication_is_matched_only_by_its_keyword() {
+        let h = hba("host replication repl 127.0.0.1/32 md5\n\
+             host all all 127.0.0.1/32 trust\n");
+        let physical = |user| Conn {
+            physical_replication: true,
+            ..conn(Some("127.0.0.1"), false, "replication", user)
+        };
+        assert_eq!(
+            h.find(&physical("repl")).map(|r| r.method),
+            Some(Method::Md5)
+        );
+        // `all` does not take a physical walsender, as in PostgreSQL.
+        assert!(h.find(&physical("app")).is_none());
+        // A logical one (and anyone else) is matched by its database.
+        let m = h.find(&conn(Some("127.0.0.1"), false, "replication", "repl"));
+        assert_eq!(m.map(|r| r.method), Some(Method::Trust));
     }
 }
