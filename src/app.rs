@@ -81,6 +81,14 @@ impl Snapshot {
         let mut config = weir_config::load(path).map_err(|e| e.to_string())?;
         // PgBouncer's words for TLS files or settings it cannot use, at start and reload.
         let setup = |e: String| format!("TLS setup failed: {e}");
+        // The console may give the pair one at a time; a file giving half of it is a
+        // mistake to refuse where it was made.
+        let g = &config.general;
+        if g.server_tls_cert_file.is_some() != g.server_tls_key_file.is_some() {
+            return Err(setup(
+                "server TLS: server_tls_cert_file and server_tls_key_file go together".into(),
+            ));
+        }
         let client_tls =
             Arc::new(crate::tls::accept::ClientTls::from_config(&config.general).map_err(setup)?);
         let server_tls =
