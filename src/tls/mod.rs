@@ -315,10 +315,12 @@ pub fn explain_v1(
              (and subjectAltName=DNS:<host name>) in v3.ext"
         )
     } else if intermediates.iter().any(|c| is_v1(c)) {
+        // The chain may have failed for another reason too (expired, unknown issuer):
+        // rustls' own words stay in the message.
         format!(
-            "an intermediate CA certificate in {whose} chain is X.509 v1, which rustls accepts \
-             only as a trust anchor; put it in the CA file or reissue it as X.509 v3 with \
-             basicConstraints=CA:TRUE"
+            "{err}; an intermediate CA certificate in {whose} chain is X.509 v1, which rustls \
+             accepts only as a trust anchor; put it in the CA file or reissue it as X.509 v3 \
+             with basicConstraints=CA:TRUE"
         )
     } else {
         return err;
