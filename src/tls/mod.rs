@@ -572,6 +572,15 @@ mod tests {
         assert!(nearest.len() == 1 && nearest[0].version == rustls::ProtocolVersion::TLSv1_2);
         assert_eq!(protocols("tlsv1.1,tlsv1.3").expect("1.3").len(), 1);
         assert!(protocols("sslv3").is_err());
-        assert!(protocols("sslv3").is_err());
+        // The log says what was asked for and what is spoken instead.
+        let mut g = weir_config::General::default();
+        g.server_tls_protocols = "tlsv1.1".into();
+        let notices = protocol_notices(&g);
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(
+            notices[0].starts_with("server_tls_protocols: tlsv1.1 not supported")
+                && notices[0].ends_with("TLS 1.2 is used instead"),
+            "{notices:?}"
+        );
     }
 }
