@@ -573,8 +573,10 @@ mod tests {
         assert_eq!(protocols("tlsv1.1,tlsv1.3").expect("1.3").len(), 1);
         assert!(protocols("sslv3").is_err());
         // The log says what was asked for and what is spoken instead.
-        let mut g = weir_config::General::default();
-        g.server_tls_protocols = "tlsv1.1".into();
+        let g = weir_config::General {
+            server_tls_protocols: "tlsv1.1".into(),
+            ..Default::default()
+        };
         let notices = protocol_notices(&g);
         assert_eq!(notices.len(), 1, "{notices:?}");
         assert!(
