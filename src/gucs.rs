@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::params::ParamSet;
 use crate::protocol::messages::quote_literal;
 
 /// name -> value, sorted by name, with `role` last: it is set last (what came before may
@@ -347,6 +348,83 @@ pub fn apply(have: &Gucs, want: &Gucs) -> String {
     sql
 }
 
+/// The SQL that puts a server into a client's session state: the reported parameters
+/// that differ (`params`, the server's, against `wanted`, the client's; skipped when
+/// `params_synced`), then the settings (`have`, the server's, against `want`). Empty
+/// when the server is in that state already. With settings to change, the guard comes
+/// first: the server may hold the last client's statement_timeout.
+pub fn state_sql(
+    params: &ParamSet,
+    params_synced: bool,
+    wanted: &ParamSet,
+    have: Option<&Arc<Gucs>>,
+    want: Option<&Arc<Gucs>>,
+) -> String {
+    let mut sql = String::new();
+    if !params_synced {
+        for (name, value) in wanted.iter() {
+            if params.get(name) != Some(value) {
+                sql.push_str(&format!("SET {name} = {};", quote_literal(value)));
+            }
+        }
+    }
+    if !same(have, want) {
+        let settings = sync_sql(have, want);
+        if !settings.is_empty() {
+            sql.insert_str(0, GUARD);
+            sql.push_str(&settings);
+        }
+    }
+    sql
+}
+
+/// `state_sql` as a Query to write in front of a client's request, in the same write
+/// (the request does not wait a round trip for it). It runs in a transaction block of
+/// its own: should any of it fail, PostgreSQL leaves the block open and aborted, and
+/// refuses what follows (25P02) instead of running the client's request in the wrong
+/// state. So the request behind must not begin with a statement that ends a block
+/// (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync may follow in the
+/// write: a plain request (sql::pipeline) is one such.
+pub fn on_the_way(sql: &str) -> bytes::BytesMut {
+    let mut out = bytes::BytesMut::with_capacity(sql.len() + 24);
+    crate::protocol::messages::query(&mut out, &format!("BEGIN;{sql}COMMIT"));
+    out
+}
+
+/// Whether the server's settings leave Weir's statements written on the way (`on_the_way`)
+/// time to run: a timeout under a second that cuts statements or transactions could end
+/// them, and the client's request with them; Weir's own queries are then run apart,
+/// where a cut one is run again (server::ServerConn::query_rows).
+pub fn leaves_time(have: Option<&Arc<Gucs>>) -> bool {
+    let Some(g) = have else {
+        return true;
+    };
+    ["statement_timeout", "transaction_timeout"]
+        .iter()
+        .filter_map(|n| g.get(n))
+        .all(|v| !short_timeout(v))
+}
+
+/// A time setting's value (as current_setting shows it: `250ms`, `5s`, `1min`, `0`)
+/// under a second and not zero; anything unreadable is taken for short.
+fn short_timeout(value: &str) -> bool {
+    let value = value.trim();
+    let digits = value.bytes().take_while(u8::is_ascii_digit).count();
+    let Ok(n) = value[..digits].parse::<u64>() else {
+        return true;
+    };
+    let ms = match value[digits..].trim() {
+        "" | "ms" => n,
+        "us" => n / 1000,
+        "s" => n.saturating_mul(1000),
+        "min" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        "d" => n.saturating_mul(86_400_000),
+        _ => return true,
+    };
+    n != 0 && ms < 1000
+}
+
 /// A setting's name for RESET: each dot-separated part quoted, as names come folded.
 fn quote_ident(name: &str) -> String {
     name.split('.')
@@ -433,6 +511,47 @@ mod tests {
         assert_eq!(from_options("  "), Some(vec![]));
         assert_eq!(from_options("-e"), None);
         assert_eq!(from_options("-c novalue"), None);
+    }
+
+    #[test]
+    fn short_timeouts_keep_the_state_off_the_way() {
+        for short in ["1ms", "999ms", "1", "500us", "x", "1.5s"] {
+            assert!(short_timeout(short), "{short}");
+        }
+        for long in ["0", "1s", "1000", "2min", "1h", "0ms"] {
+            assert!(!short_timeout(long), "{long}");
+        }
+        let g = Arc::new(gucs(&[("statement_timeout", "20ms"), ("search_path", "a")]));
+        assert!(!leaves_time(Some(&g)));
+        let g = Arc::new(gucs(&[("statement_timeout", "30s")]));
+        assert!(leaves_time(Some(&g)));
+        assert!(leaves_time(None));
+    }
+
+    #[test]
+    fn state_goes_in_a_block_of_its_own() {
+        let want = Arc::new(gucs(&[("search_path", "t1")]));
+        let mut wanted = ParamSet::default();
+        wanted.set("application_name", "a1");
+        let sql = state_sql(&ParamSet::default(), false, &wanted, None, Some(&want));
+        assert_eq!(
+            sql,
+            format!(
+                "{GUARD}SET application_name = 'a1';\
+                 SELECT pg_catalog.set_config('search_path', 't1', false);"
+            )
+        );
+        assert_eq!(
+            state_sql(&wanted, true, &wanted, Some(&want), Some(&want)),
+            ""
+        );
+        let msg = on_the_way(&sql);
+        assert_eq!(msg[0], b'Q');
+        let text = std::str::from_utf8(&msg[5..msg.len() - 1]).unwrap();
+        assert!(
+            text.starts_with("BEGIN;SET LOCAL") && text.ends_with(";COMMIT"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -50,6 +50,14 @@ impl ParamSet {
         }
     }
 
+    /// Takes `other`'s values for the parameters it names (a server being put into a
+    /// client's parameters: what is sent next is compared with these).
+    pub fn take_values(&mut self, other: &ParamSet) {
+        for (name, value) in other.iter() {
+            self.set(name, value);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -54,6 +54,11 @@ pub struct Delta {
     pub client_logins: u64,
     /// Requests sent to a server behind another client's (pool::pipeline).
     pub pipelined: u64,
+    /// Servers put into a client's session state (parameters, settings) at a lend; of
+    /// those, `state_apart` by a query of their own, a round trip before the request
+    /// (the others in front of it, in the same write).
+    pub state_applied: u64,
+    pub state_apart: u64,
 }
 
 impl std::ops::Deref for Delta {
@@ -104,6 +109,8 @@ pub struct Counters {
     evictions: AtomicU64,
     client_logins: AtomicU64,
     pipelined: AtomicU64,
+    state_applied: AtomicU64,
+    state_apart: AtomicU64,
 }
 
 impl Counters {
@@ -128,6 +135,8 @@ impl Counters {
             (&self.evictions, d.prepared.evictions),
             (&self.client_logins, d.client_logins),
             (&self.pipelined, d.pipelined),
+            (&self.state_applied, d.state_applied),
+            (&self.state_apart, d.state_apart),
         ];
         for (counter, v) in pairs {
             if v != 0 {
@@ -157,12 +166,22 @@ impl Counters {
             },
             client_logins: self.client_logins.load(Ordering::Relaxed),
             pipelined: self.pipelined.load(Ordering::Relaxed),
+            state_applied: self.state_applied.load(Ordering::Relaxed),
+            state_apart: self.state_apart.load(Ordering::Relaxed),
         }
     }
 
     /// Counts a client that has just logged in to the pool.
     pub fn count_login(&self) {
         self.client_logins.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A server was put into a client's state; `apart`: by a round trip of its own.
+    pub fn count_state_applied(&self, apart: bool) {
+        self.state_applied.fetch_add(1, Ordering::Relaxed);
+        if apart {
+            self.state_apart.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn add_pipelined(&self, n: u64) {

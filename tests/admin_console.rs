@@ -105,7 +105,7 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
     ]);
     match cmd {
         "STATS" => (
-            "sNNNNNNNNNNNNNNNNNNNNNNNNNN",
+            "sNNNNNNNNNNNNNNNNNNNNNNNNNNNN",
             vec![
                 "database",
                 "total_server_assignment_count",
@@ -134,6 +134,8 @@ fn pgbouncer_columns(cmd: &str) -> (&'static str, Vec<&'static str>) {
                 "avg_client_login_count",
                 "total_pipelined_count",
                 "avg_pipelined_count",
+                "total_state_applied_count",
+                "total_state_round_trip_count",
             ],
         ),
         "STATS_TOTALS" => (

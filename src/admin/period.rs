@@ -104,6 +104,8 @@ pub fn add(total: &mut Delta, d: &Delta) {
     total.wait_time_us += d.wait_time_us;
     total.client_logins += d.client_logins;
     total.pipelined += d.pipelined;
+    total.state_applied += d.state_applied;
+    total.state_apart += d.state_apart;
     let (t, d) = (&mut total.prepared, &d.prepared);
     t.client_parses += d.client_parses;
     t.server_parses += d.server_parses;
@@ -160,6 +162,8 @@ pub fn averages(cur: &Delta, old: &Delta, window_us: u64) -> Delta {
         },
         client_logins: per_sec(cur.client_logins, old.client_logins),
         pipelined: per_sec(cur.pipelined, old.pipelined),
+        state_applied: per_sec(cur.state_applied, old.state_applied),
+        state_apart: per_sec(cur.state_apart, old.state_apart),
     }
 }
 

@@ -11,7 +11,7 @@ use weir_auth::scram::Credential;
 
 use super::{relay, route, Session, INTERNAL_QUERY_TIMEOUT};
 use crate::pool::{Lease, Pool, PoolMode};
-use crate::protocol::messages::{self, quote_literal};
+use crate::protocol::messages;
 use crate::protocol::PgError;
 use crate::registry::clients::{CancelTarget, CANCEL, STOP, WAIT_NOTIFY, WAIT_TIMEOUT};
 use crate::server::welcome::Welcome;
@@ -21,7 +21,7 @@ impl Session {
     /// did: there is no one left to tell.
     pub(super) async fn acquire(&mut self) -> Result<Lease, Option<PgError>> {
         if let Some(reader) = self.route_request() {
-            let lease = match reader.try_checkout_idle() {
+            let lease = match reader.try_checkout_idle((&self.wanted, self.gucs())) {
                 Some(l) => l,
                 None => {
                     let keys = self.scram_keys();
@@ -29,7 +29,7 @@ impl Session {
                 }
             };
             // A request already sent ahead to it stays there.
-            if lease.sent_ahead > 0 {
+            if lease.holds_ahead() {
                 return Ok(lease);
             }
             match self.standby_lease(&lease) {
@@ -42,7 +42,7 @@ impl Session {
             }
             self.set_route(route::READ_ON_PRIMARY);
         }
-        if let Some(lease) = self.pool.try_checkout_idle() {
+        if let Some(lease) = self.pool.try_checkout_idle((&self.wanted, self.gucs())) {
             return Ok(lease);
         }
         let pool = self.pool.clone();
@@ -122,6 +122,12 @@ impl Session {
                     // likely interrupt theirs; it is dropped, as PostgreSQL drops one that
                     // comes after the query.
                     if cancel_late && lease.passengers.is_empty() {
+                        if lease.owed_internal > 0 && lease.sent_ahead == 0 {
+                            // Only the query that puts the server into the client's
+                            // state went: its answer is owed to nobody now.
+                            lease.close().await;
+                            return Err(Some(cancelled()));
+                        }
                         if lease.sent_ahead == 0 {
                             lease.release();
                             return Err(Some(cancelled()));
@@ -204,39 +210,37 @@ impl Session {
     /// Also puts the settings the client made (see state) on it, and takes off the ones
     /// another client left there.
     pub(super) async fn sync_params(&self, lease: &mut Lease) -> Result<(), PgError> {
-        let params_synced = lease
-            .synced_to
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
-        let gucs_synced = crate::gucs::same(lease.gucs.as_ref(), self.gucs());
-        if params_synced && gucs_synced {
-            return Ok(());
-        }
-        let mut sql = String::new();
-        if !params_synced {
-            for (name, value) in self.wanted.iter() {
-                if lease.params.get(name) != Some(value) {
-                    sql.push_str(&format!("SET {name} = {};", quote_literal(value)));
-                }
-            }
-        }
-        if !gucs_synced {
-            sql.push_str(&crate::gucs::sync_sql(lease.gucs.as_ref(), self.gucs()));
-        }
+        let sql = self.state_sql(lease);
         if sql.is_empty() {
-            lease.synced_to = Some(self.wanted.clone());
             return Ok(());
         }
-        // The server may hold the last client's statement_timeout, or this one's be
-        // among the settings made here; without settings on either side, only reported
-        // parameters are set, and no client timeout is in force.
-        if !gucs_synced {
-            sql.insert_str(0, crate::gucs::GUARD);
-        }
-        lease.gucs = self.gucs().cloned();
         lease
             .run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT)
             .await
             .map_err(|e| e.to_client_error())
+    }
+
+    /// The SQL that puts the server into the client's state (gucs::state_sql), which the
+    /// server is taken to hold from now on; empty when it does already.
+    pub(super) fn state_sql(&self, lease: &mut Lease) -> String {
+        let params_synced = lease
+            .synced_to
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
+        if params_synced && crate::gucs::same(lease.gucs.as_ref(), self.gucs()) {
+            return String::new();
+        }
+        let sql = crate::gucs::state_sql(
+            &lease.params,
+            params_synced,
+            &self.wanted,
+            lease.gucs.as_ref(),
+            self.gucs(),
+        );
+        lease.gucs = self.gucs().cloned();
+        if sql.is_empty() {
+            lease.synced_to = Some(self.wanted.clone());
+        }
+        sql
     }
 }

@@ -7,6 +7,7 @@ mod listen;
 pub(crate) use listen::{listen_request, may_listen};
 pub mod login;
 pub mod moved;
+mod on_the_way;
 pub mod park;
 mod pipeline;
 mod prepare;
@@ -127,6 +128,10 @@ pub struct Session {
     shutting_down: bool,
     /// The client's next message waits for a server (it names a prepared statement).
     held_back: bool,
+    /// Answers to Weir's own query, written in front of the client's request to put the
+    /// server into its state (on_the_way), still to come from the server: they are
+    /// removed, and the client's own follow.
+    internal: u8,
     /// What the queries since the session was last read back may have changed
     /// (sql::effects flags; see state).
     touched: u8,
@@ -418,14 +423,17 @@ impl Session {
         // have changed one since (a function's set_config, reported by ParameterStatus),
         // a SET now would run after it and its answer be taken for the request's: the
         // server is put right for the next client it is lent to (synced_to is unset).
-        if held.sent_ahead == 0 {
-            if let Err(e) = self.sync_params(&mut held).await {
-                return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
-            }
-        }
+        let ahead = held.holds_ahead();
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
         self.take_carry(&mut held);
         self.settle_ahead(&mut held.statements);
+        // In front of all of it: the server is put into the client's state first.
+        self.take_owed_state(&mut held);
+        if !ahead {
+            if let Err(e) = Box::pin(self.put_state(&mut held)).await {
+                return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
+            }
+        }
         self.lend(&held);
         let event = loop {
             let event = self.relay(&mut held).await;
@@ -530,6 +538,9 @@ impl Session {
                 Some(Box::pin(self.refuse(e)).await)
             }
             Event::ClientProtocol(e) => Some(Box::pin(self.close_and_refuse(held, e, false)).await),
+            // Weir's query that put the server into the client's state failed: the
+            // request written behind it was refused, as before it ran apart.
+            Event::StateFailed(e) => Some(Box::pin(self.close_and_refuse(held, e, false)).await),
             Event::Timeout(e) => Some(Box::pin(self.close_and_refuse(held, e, true)).await),
             Event::TransactionInStatementMode => {
                 // The reply to the statement that opened the transaction is withheld:

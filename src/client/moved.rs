@@ -525,6 +525,8 @@ fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) 
         home: crate::workers::current(),
         generation: settings.target.generation,
         sent_ahead: 0,
+        owed_internal: 0,
+        prefix_rest: bytes::Bytes::new(),
         statements: Default::default(),
         gucs: None,
         passengers: Default::default(),

@@ -41,6 +41,8 @@ pub enum Event {
     TransactionInStatementMode,
     /// query_timeout, idle_transaction_timeout or transaction_timeout expired.
     Timeout(PgError),
+    /// The query that put the server into the client's state (on_the_way) failed.
+    StateFailed(PgError),
 }
 
 /// What the relay knows of the exchange with the current server.
@@ -105,6 +107,7 @@ impl Session {
     pub fn server_is_clean(&self) -> bool {
         let x = &self.exchange;
         x.pending == 0
+            && self.internal == 0
             && !x.has(UNSYNCED)
             && x.status == b'I'
             && self.cframe.scanned() == 0
@@ -207,7 +210,9 @@ impl Session {
                     Poll::Pending => {}
                 }
             }
-            if !carrying {
+            // Nothing more is framed, and so written, behind a request whose server is
+            // still being put into the client's state (see on_the_way).
+            if !carrying && self.internal == 0 {
                 if let Err(e) = self.scan_client(Some(&mut server.statements)) {
                     return Poll::Ready(Event::ClientProtocol(e));
                 }
@@ -343,7 +348,7 @@ impl Session {
         timer.as_mut().poll(cx).is_ready().then_some(err)
     }
 
-    fn scan_client(
+    pub(super) fn scan_client(
         &mut self,
         mut server: Option<&mut crate::prepared::ServerStatements>,
     ) -> Result<(), PgError> {
@@ -438,6 +443,14 @@ impl Session {
     pub(super) fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
+            if self.internal > 0 {
+                match self.swallow_internal() {
+                    Ok(true) => continue,
+                    Ok(false) => return Ok(()),
+                    Err(Some(e)) => return Err(Event::StateFailed(e)),
+                    Err(None) => return Err(Event::ServerGone),
+                }
+            }
             if self.exchange.has(CARRYING) && self.exchange.pending == 0 {
                 // The rest is the answer to the request behind this client's.
                 return Ok(());

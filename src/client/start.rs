@@ -160,6 +160,7 @@ impl Session {
             exchange: Exchange::fresh(),
             shutting_down: false,
             held_back: false,
+            internal: 0,
             touched: 0,
             ties: 0,
             client,

@@ -350,6 +350,20 @@ impl Collector for LiveCollector {
             None,
             per_pool(pools, |p| c(p.totals.pipelined)),
         )?;
+        family(
+            e,
+            "weir_pool_state_applied",
+            "Servers put into a client's session state (parameters, settings) as they were lent (SHOW STATS total_state_applied_count).",
+            None,
+            per_pool(pools, |p| c(p.totals.state_applied)),
+        )?;
+        family(
+            e,
+            "weir_pool_state_round_trips",
+            "Of those, the ones that took a round trip of their own instead of going in front of the request (SHOW STATS total_state_round_trip_count).",
+            None,
+            per_pool(pools, |p| c(p.totals.state_apart)),
+        )?;
         for (name, help, pick) in [
             (
                 "weir_pool_client_parses",

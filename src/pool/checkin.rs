@@ -15,9 +15,11 @@ impl Pool {
     pub(super) fn checkin(&self, mut conn: Conn) {
         if let Some(next) = conn.passengers.pop_front() {
             conn.sent_ahead = next.sent;
+            conn.owed_internal = next.owed_internal;
+            conn.prefix_rest = next.prefix_rest.clone();
             match next.hand(conn) {
                 Ok(()) => return,
-                Err(c) if c.sent_ahead > 0 => {
+                Err(c) if c.holds_ahead() => {
                     // The passenger has gone: its request's answer is owed to nobody.
                     crate::conn_log::server_closing(
                         &c.info.0,
@@ -33,6 +35,7 @@ impl Pool {
                     conn = c;
                     conn.carry = bytes::Bytes::new();
                     conn.sent_ahead = 0;
+                    conn.prefix_rest = bytes::Bytes::new();
                 }
             }
         }
@@ -71,10 +74,13 @@ impl Pool {
             // it) cannot have its request run twice.
             if let Some(a) = &w.ahead {
                 a.send(&mut conn);
+                if conn.owed_internal > 0 {
+                    self.stats.count_state_applied(false);
+                }
             }
             match w.tx.send(Grant::Server(conn)) {
                 Ok(()) => return,
-                Err(Grant::Server(c)) if c.sent_ahead > 0 => {
+                Err(Grant::Server(c)) if c.holds_ahead() => {
                     // The waiter left as its request went: the server owes an answer nobody
                     // reads, so it cannot be pooled.
                     drop(st);

@@ -13,6 +13,8 @@ use super::{
     gates, janitor, lease, lost_request, Ahead, Conn, Lease, Pool, PoolSettings, PoolState, Slot,
     Waiter,
 };
+use crate::gucs::Gucs;
+use crate::params::ParamSet;
 use crate::protocol::PgError;
 use crate::server::passenger::Grant;
 use crate::server::{ScramCredential, ServerConn};
@@ -101,7 +103,7 @@ impl Pool {
             };
             match grant {
                 // Just released by a client and already at work on our request.
-                Grant::Server(s) if s.sent_ahead > 0 => return Ok(Lease::new(s, self.clone())),
+                Grant::Server(s) if s.holds_ahead() => return Ok(Lease::new(s, self.clone())),
                 Grant::Lost => return Err(lost_request()),
                 Grant::Refused(e) => return Err(e),
                 Grant::Server(s) => {
@@ -140,14 +142,19 @@ impl Pool {
 
     /// The common case, without awaiting: an idle server that needs no check, while
     /// nothing is paused. Anything else (waiting, connecting, checking) is for `checkout`.
-    pub fn try_checkout_idle(self: &Arc<Self>) -> Option<Lease> {
+    /// `state`: the client's session parameters and settings; an idle server that holds
+    /// them already is preferred (it needs no sync).
+    pub fn try_checkout_idle(
+        self: &Arc<Self>,
+        state: (&Arc<ParamSet>, Option<&Arc<Gucs>>),
+    ) -> Option<Lease> {
         if gates::gates_closed() {
             return None;
         }
         let settings = self.settings();
         let conn = {
             let mut st = self.lock();
-            let i = pick_idle(&st.idle, &settings)?;
+            let i = pick_idle(&st.idle, &settings, Some(state))?;
             let s = &st.idle[i];
             let now = Instant::now();
             let check_due = settings.server_check_query.is_some()
@@ -199,7 +206,7 @@ impl Pool {
         expired: &mut Vec<Conn>,
     ) -> Option<Conn> {
         loop {
-            let i = pick_idle(&st.idle, settings)?;
+            let i = pick_idle(&st.idle, settings, None)?;
             let s = st.idle.remove(i)?;
             if self.expired(&s, settings, Instant::now()) {
                 st.total -= 1;
@@ -250,7 +257,11 @@ impl Pool {
 /// Which idle server to lend: the oldest in round-robin mode, else the most recently used
 /// (LIFO, PgBouncer's default) among those registered with this worker's runtime, looking
 /// a few places back before settling for one registered elsewhere.
-fn pick_idle(idle: &VecDeque<Conn>, settings: &PoolSettings) -> Option<usize> {
+fn pick_idle(
+    idle: &VecDeque<Conn>,
+    settings: &PoolSettings,
+    state: Option<(&Arc<ParamSet>, Option<&Arc<Gucs>>)>,
+) -> Option<usize> {
     let n = idle.len();
     if n == 0 {
         return None;
@@ -259,8 +270,22 @@ fn pick_idle(idle: &VecDeque<Conn>, settings: &PoolSettings) -> Option<usize> {
         return Some(0);
     }
     let here = crate::workers::current();
-    (n.saturating_sub(8)..n)
+    let recent = n.saturating_sub(8)..n;
+    // Among the most recently used: one in the client's state (`state`: its parameters and
+    // settings) on this worker, else one in its state (a sync saved is worth more than the
+    // worker), else one on this worker.
+    let in_state = |c: &Conn| {
+        let Some((wanted, gucs)) = state else {
+            return false;
+        };
+        c.synced_to.as_ref().is_some_and(|s| Arc::ptr_eq(s, wanted))
+            && crate::gucs::same(c.gucs.as_ref(), gucs)
+    };
+    let fit = recent
+        .clone()
         .rev()
-        .find(|&i| idle[i].home == here)
+        .find(|&i| idle[i].home == here && in_state(&idle[i]))
+        .or_else(|| recent.clone().rev().find(|&i| in_state(&idle[i])));
+    fit.or_else(|| recent.rev().find(|&i| idle[i].home == here))
         .or(Some(n - 1))
 }

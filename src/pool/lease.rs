@@ -182,7 +182,7 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         match self.take_late_grant() {
             // The server holds a request of a waiter that has gone: not reusable.
-            Some(Grant::Server(conn)) if conn.sent_ahead > 0 => self.pool.close_lent(*conn),
+            Some(Grant::Server(conn)) if conn.holds_ahead() => self.pool.close_lent(*conn),
             Some(Grant::Server(conn)) => self.pool.checkin(conn),
             Some(Grant::Connect) => self.pool.abandon_slot(),
             Some(Grant::Lost | Grant::Refused(_)) | None => {}

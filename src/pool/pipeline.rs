@@ -11,8 +11,9 @@
 //! Only when that is indistinguishable from running the two one after the other: both
 //! requests are one plain implicit transaction (sql::pipeline): one simple Query with one
 //! statement, or one extended-protocol batch ending in its Sync, that neither opens a
-//! transaction nor changes the session; and the server already holds the waiter's
-//! parameters, settings and statements (`Ahead::board`). An error in the first does not
+//! transaction nor changes the session; and the server holds the waiter's statements
+//! and, already or by a query written in front of its request (gucs::on_the_way), its
+//! parameters and settings (`Ahead::board`). An error in the first does not
 //! reach the second: PostgreSQL ends a failed simple Query at its ReadyForQuery, and
 //! after an error in an extended batch it skips only to that batch's Sync, which precedes
 //! the second request.
@@ -96,15 +97,20 @@ impl Pool {
                     break;
                 };
                 // Only the head: a waiter behind one that cannot go is not let past it.
-                let Some(sent) = w.ahead.as_ref().and_then(|a| a.board(conn)) else {
+                let Some(b) = w.ahead.as_ref().and_then(|a| a.board(conn)) else {
                     break;
                 };
                 let Some(w) = st.waiters.pop_front() else {
                     break;
                 };
-                let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == sent);
-                conn.passengers
-                    .push_back(Passenger::new(w.tx, sent, whole, self.aboard.clone()));
+                let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == b.sent);
+                if b.owed_internal > 0 {
+                    self.stats.count_state_applied(false);
+                }
+                let mut p = Passenger::new(w.tx, b.sent, whole, self.aboard.clone());
+                p.owed_internal = b.owed_internal;
+                p.prefix_rest = b.prefix_rest;
+                conn.passengers.push_back(p);
                 boarded += 1;
                 if !whole {
                     break;

@@ -95,6 +95,12 @@ impl Framer {
         self.scanned = (start + len) as u32;
     }
 
+    /// The caller put `len` bytes of whole messages in front of the buffer, to be
+    /// forwarded first: they count as framed.
+    pub fn prepended(&mut self, len: usize) {
+        self.scanned += len as u32;
+    }
+
     /// Forgets everything, for a buffer that was cleared.
     pub fn reset(&mut self) {
         *self = Framer::default();

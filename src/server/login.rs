@@ -398,6 +398,8 @@ async fn attempt(
         generation: target.generation,
         home: crate::workers::current(),
         sent_ahead: 0,
+        owed_internal: 0,
+        prefix_rest: bytes::Bytes::new(),
         statements: Default::default(),
         gucs: None,
         passengers: Default::default(),

@@ -50,6 +50,13 @@ pub struct ServerConn {
     /// Bytes of the next client's request already written by the task that released the
     /// server to it (pool::ahead); the client skips them. Zero otherwise.
     pub sent_ahead: usize,
+    /// Answers to Weir's own query written in front of the next client's request to put
+    /// the server into its state (gucs::on_the_way), owed before that request's: the
+    /// client removes them (1), or none are (0).
+    pub owed_internal: u8,
+    /// What of that query could not be written yet (then nothing of the request was):
+    /// the client writes it first.
+    pub prefix_rest: bytes::Bytes,
     /// The statements prepared on it under Weir's names (pooled modes, see prepared).
     pub statements: crate::prepared::ServerStatements,
     /// The unreported settings a client left on it (see gucs); None when there are none.
@@ -95,6 +102,8 @@ impl ServerConn {
             idle_since,
             generation,
             sent_ahead,
+            owed_internal,
+            prefix_rest,
             statements,
             gucs,
             passengers,
@@ -113,11 +122,20 @@ impl ServerConn {
             idle_since,
             generation,
             sent_ahead,
+            owed_internal,
+            prefix_rest,
             statements,
             gucs,
             passengers,
             carry,
         })
+    }
+
+    /// Whether something of the next client's was written to it by another task (its
+    /// request, or the query that puts the server into its state): it is that client's,
+    /// and cannot go back to the pool as it is.
+    pub fn holds_ahead(&self) -> bool {
+        self.sent_ahead > 0 || self.owed_internal > 0
     }
 
     /// True when the idle connection shows no sign of having been closed: a server that

@@ -30,6 +30,10 @@ pub struct Passenger {
     pub(crate) sent: usize,
     /// All of them: another request may go behind it.
     pub(crate) whole: bool,
+    /// As the server's fields of the same names, for when it is handed over: Weir's
+    /// query written in front of the request, owed first, and what of it is unwritten.
+    pub(crate) owed_internal: u8,
+    pub(crate) prefix_rest: bytes::Bytes,
     /// The pool's count of passengers, this one in it until dropped.
     aboard: Arc<AtomicUsize>,
 }
@@ -47,6 +51,8 @@ impl Passenger {
             tx: Some(tx),
             sent,
             whole,
+            owed_internal: 0,
+            prefix_rest: bytes::Bytes::new(),
             aboard,
         }
     }

@@ -61,7 +61,7 @@ fn stats_by_database(app: &App) -> BTreeMap<String, (Delta, Delta)> {
 
 pub(crate) fn stats(app: &App) -> RowSet {
     let mut rs = RowSet::new(
-        "sNNNNNNNNNNNNNNNNNNNNNNNNNN",
+        "sNNNNNNNNNNNNNNNNNNNNNNNNNNNN",
         &[
             "database",
             "total_server_assignment_count",
@@ -91,6 +91,10 @@ pub(crate) fn stats(app: &App) -> RowSet {
             // Weir's own, after PgBouncer's: requests pipelined (pool::pipeline).
             "total_pipelined_count",
             "avg_pipelined_count",
+            // Servers put into a client's session state at a lend, and of those, the ones
+            // that took a round trip of their own (client::on_the_way).
+            "total_state_applied_count",
+            "total_state_round_trip_count",
         ],
     );
     let window = period::window_us();
@@ -101,6 +105,8 @@ pub(crate) fn stats(app: &App) -> RowSet {
         row.extend(figures(&avg).iter().map(int));
         row.push(int(cur.pipelined));
         row.push(int(avg.pipelined));
+        row.push(int(cur.state_applied));
+        row.push(int(cur.state_apart));
         rs.push(row);
     }
     rs

@@ -1,0 +1,401 @@
+//! A client with session state of its own (search_path, application_name) gets a server
+//! put into that state in the same write as its request (gucs::on_the_way): a hand-over
+//! costs no round trip. Counted where it shows, between Weir and PostgreSQL: a proxy
+//! records what crosses it, and each request must be one burst from Weir, answered once.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use common::console::*;
+use common::proto::*;
+use common::session::*;
+use common::*;
+
+/// What crossed the proxy, in the order it was read: (to PostgreSQL?, bytes).
+type Log = Arc<Mutex<Vec<(bool, Vec<u8>)>>>;
+
+/// A TCP proxy in front of PostgreSQL that logs every read in both directions.
+fn logging_proxy(pg_port: u16) -> (u16, Log) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let log: Log = Arc::default();
+    let log2 = log.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(weir) = conn else { return };
+            let Ok(pg) = TcpStream::connect(("127.0.0.1", pg_port)) else {
+                return;
+            };
+            for (from, to, to_pg) in [
+                (
+                    weir.try_clone().expect("clone"),
+                    pg.try_clone().expect("clone"),
+                    true,
+                ),
+                (pg, weir, false),
+            ] {
+                let log = log2.clone();
+                thread::spawn(move || copy_logged(from, to, to_pg, log));
+            }
+        }
+    });
+    (port, log)
+}
+
+fn copy_logged(mut from: TcpStream, mut to: TcpStream, to_pg: bool, log: Log) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+            Ok(n) => n,
+        };
+        // Logged before it is passed on: an answer cannot be logged before its request.
+        log.lock().unwrap().push((to_pg, buf[..n].to_vec()));
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// What Weir sent PostgreSQL in one go before each answer: consecutive reads towards
+/// PostgreSQL with no answer between them are one burst.
+fn bursts_to_pg(log: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut answered = true;
+    for (to_pg, bytes) in log {
+        if *to_pg {
+            if answered {
+                out.push(Vec::new());
+            }
+            if let Some(last) = out.last_mut() {
+                last.extend_from_slice(bytes);
+            }
+            answered = false;
+        } else {
+            answered = true;
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+const ASK: &str =
+    "select current_setting('search_path') || '/' || current_setting('application_name')";
+
+fn extended_ask(c: &mut RawConn) -> String {
+    c.send(&[parse("", ASK), bind("", "", &[]), execute("", 0), sync()].concat());
+    let msgs = c.read_until_ready();
+    let row = msgs
+        .iter()
+        .find(|m| m.tag == b'D')
+        .unwrap_or_else(|| panic!("no row: {msgs:?}"));
+    data_row(&row.body)[0].clone().expect("not null")
+}
+
+/// Two clients with their own search_path and application_name take turns on one
+/// server: every turn needs the server put into the other's state, and each goes in one
+/// write with the request (simple and extended protocol), and each answer is right.
+#[test]
+fn state_goes_in_the_same_write_as_the_request() {
+    let pg = PgServer::start();
+    let (proxy, log) = logging_proxy(pg.port());
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
+        )
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    let mut clients = Vec::new();
+    for name in ["a", "b"] {
+        let mut c = client(&weir);
+        c.simple_query(&format!("SET search_path TO s_{name}, public"))
+            .expect("set");
+        c.simple_query(&format!("SET application_name = 'app_{name}'"))
+            .expect("set");
+        clients.push((c, format!("s_{name}, public/app_{name}")));
+    }
+    // Each has run once: what follows is hand-overs only.
+    for (c, want) in clients.iter_mut() {
+        assert_eq!(&c.query_one(ASK), want);
+    }
+    let mut console = admin(&weir);
+    let counts = |console: &mut RawConn| {
+        let stats = ok(console, "SHOW STATS");
+        (
+            stats.num("database", "postgres", "total_state_applied_count"),
+            stats.num("database", "postgres", "total_state_round_trip_count"),
+        )
+    };
+    let before = counts(&mut console);
+    log.lock().unwrap().clear();
+    let turns = 12;
+    for i in 0..turns {
+        let (c, want) = &mut clients[i % 2];
+        let got = if i % 4 < 2 {
+            c.query_one(ASK)
+        } else {
+            extended_ask(c)
+        };
+        assert_eq!(&got, want, "turn {i}");
+    }
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    assert_eq!(
+        bursts.len(),
+        turns,
+        "one write (one round trip) per turn: {:?}",
+        bursts
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect::<Vec<_>>()
+    );
+    for (i, b) in bursts.iter().enumerate() {
+        assert!(
+            contains(b, "BEGIN;") && contains(b, "set_config('search_path'") && contains(b, ASK),
+            "turn {i} did not carry state and request together: {}",
+            String::from_utf8_lossy(b)
+        );
+    }
+    let after = counts(&mut console);
+    assert_eq!(
+        after.0 - before.0,
+        turns as i64,
+        "state applied at every turn"
+    );
+    assert_eq!(
+        after.1, before.1,
+        "state applied apart, a round trip of its own"
+    );
+}
+
+/// A state that cannot be put on the server fails the request written behind it without
+/// running it: the role the client set is dropped, so Weir's query fails, and the
+/// client's INSERT (which would otherwise run as the login role) never reaches the
+/// table.
+#[test]
+fn a_failed_state_query_keeps_the_request_from_running() {
+    let pg = PgServer::start();
+    pg.exec("create role r_gone; grant all on schema public to r_gone;");
+    pg.exec("create table t_gone (v int); grant all on t_gone to r_gone;");
+    let weir = pooled(&pg, 1);
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    a.simple_query("SET ROLE r_gone").expect("set role");
+    assert_eq!(a.query_one("select current_user"), "r_gone");
+    // b takes the server, then the role goes.
+    assert_eq!(b.query_one("select current_user"), "postgres");
+    pg.exec("drop owned by r_gone; drop role r_gone;");
+    let mut console = admin(&weir);
+    let apart = |console: &mut RawConn| {
+        ok(console, "SHOW STATS").num("database", "postgres", "total_state_round_trip_count")
+    };
+    let before = apart(&mut console);
+    a.send(&query("insert into t_gone values (1)"));
+    let e = a.error_or_eof().expect("the insert ran without its role");
+    assert!(e.message.contains("r_gone"), "{e:?}");
+    assert_eq!(apart(&mut console), before, "the state query ran apart");
+    assert_eq!(pg.psql("select count(*) from t_gone"), "0");
+    // The server is gone with the failure; b is served on a fresh one.
+    assert_eq!(b.query_one("select current_user"), "postgres");
+}
+
+/// Named statements prepared and run by clients with their own application_name taking
+/// turns on one server (Prisma's pattern: Parse/Describe/Sync, then Bind/Execute/Sync):
+/// the state goes in front of either batch, and each client gets its own answers.
+#[test]
+fn named_statements_with_state_take_turns() {
+    let pg = PgServer::start();
+    let weir = pooled(&pg, 1);
+    let mut clients: Vec<(RawConn, String)> = (0..3)
+        .map(|i| {
+            let app = format!("app_{i}");
+            (named_client(&weir, &app), app)
+        })
+        .collect();
+    for round in 0..3 {
+        for (c, app) in clients.iter_mut() {
+            let name = format!("s{round}");
+            let sql = format!("select current_setting('application_name') || '{round}'");
+            c.send(&[parse(&name, &sql), describe(b'S', &name), sync()].concat());
+            let msgs = c.read_until_ready();
+            let tags: Vec<u8> = msgs.iter().map(|m| m.tag).collect();
+            assert_eq!(tags, b"1tTZ", "{app} round {round}: {msgs:?}");
+            c.send(&[bind("", &name, &[]), execute("", 0), sync()].concat());
+            let msgs = c.read_until_ready();
+            let row = msgs
+                .iter()
+                .find(|m| m.tag == b'D')
+                .unwrap_or_else(|| panic!("{app} round {round}: {msgs:?}"));
+            assert_eq!(
+                data_row(&row.body)[0].as_deref(),
+                Some(format!("{app}{round}").as_str())
+            );
+        }
+    }
+}
+
+/// Randomized, seeded: clients with settings of their own (application_name, search_path,
+/// a custom setting), changed now and then, run plain inserts and selects (simple,
+/// unnamed and named extended) at once on two servers with pipelining, so that states go
+/// on the way in front of requests that run directly, are sent ahead and ride behind
+/// others. Each insert records the settings PostgreSQL ran it with; at the end every row
+/// must carry the settings its client had when it sent it, and every answered insert
+/// must be there once. WEIR_STATE_WAY_SEED=n replays one seed.
+#[test]
+fn randomized_states_on_the_way_reach_postgresql_intact() {
+    const CLIENTS: usize = 8;
+    const STEPS: usize = 120;
+    let pg = PgServer::start();
+    pg.exec(
+        "create table seen (client int, seq int, app text, path text, x text, \
+         primary key (client, seq))",
+    );
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .set("admin_users", "postgres")
+        .start();
+    let seeds: Vec<u64> = match std::env::var("WEIR_STATE_WAY_SEED") {
+        Ok(s) => vec![s.parse().expect("WEIR_STATE_WAY_SEED is a number")],
+        Err(_) => vec![1, 2],
+    };
+    for seed in seeds {
+        pg.exec("truncate seen");
+        let expected: Vec<Vec<(i32, [String; 3])>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CLIENTS)
+                .map(|i| {
+                    let weir = &weir;
+                    s.spawn(move || state_client(weir, seed, i, STEPS))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("client panicked"))
+                .collect()
+        });
+        let rows = pg
+            .psql("select client, seq, app, path, coalesce(x, '') from seen order by client, seq");
+        let mut got: Vec<Vec<(i32, [String; 3])>> = vec![Vec::new(); CLIENTS];
+        for line in rows.lines().filter(|l| !l.is_empty()) {
+            let f: Vec<&str> = line.split('|').collect();
+            let client: usize = f[0].parse().expect("client");
+            got[client].push((
+                f[1].parse().expect("seq"),
+                [f[2].to_owned(), f[3].to_owned(), f[4].to_owned()],
+            ));
+        }
+        for i in 0..CLIENTS {
+            assert_eq!(
+                got[i], expected[i],
+                "seed {seed}, client {i}: rows PostgreSQL stored (seq, [application_name, \
+                 search_path, myapp.x]) differ from what the client had set \
+                 (replay with WEIR_STATE_WAY_SEED={seed})"
+            );
+        }
+    }
+    let stats = ok(&mut admin(&weir), "SHOW STATS");
+    let on_the_way = stats.num("database", "postgres", "total_state_applied_count")
+        - stats.num("database", "postgres", "total_state_round_trip_count");
+    assert!(on_the_way > 0, "no state went on the way");
+    assert!(
+        stats.num("database", "postgres", "total_pipelined_count") > 0,
+        "nothing was pipelined"
+    );
+}
+
+/// One client of the randomized test: returns the rows it expects PostgreSQL to hold.
+fn state_client(weir: &Weir, seed: u64, i: usize, steps: usize) -> Vec<(i32, [String; 3])> {
+    let mut rng = common::rng::Rng::new(seed * 1000 + i as u64);
+    let mut app = format!("c{i}");
+    let mut c = named_client(weir, &app);
+    let mut path = "\"$user\", public".to_owned();
+    let mut x = String::new();
+    let mut rows = Vec::new();
+    let mut prepared = false;
+    for seq in 0..steps as i32 {
+        if rng.chance(12) {
+            let k = rng.below(3);
+            match rng.below(3) {
+                0 => {
+                    path = format!("s{i}_{k}, public");
+                    c.simple_query(&format!("SET search_path TO {path}"))
+                        .expect("set");
+                }
+                1 => {
+                    app = format!("c{i}-{k}");
+                    c.simple_query(&format!("SET application_name = '{app}'"))
+                        .expect("set");
+                }
+                _ => {
+                    x = format!("{i}.{k}");
+                    c.simple_query(&format!("SELECT set_config('myapp.x', '{x}', false)"))
+                        .expect("set_config");
+                }
+            }
+        }
+        let want = [app.clone(), path.clone(), x.clone()];
+        if rng.chance(30) {
+            let sql = "select current_setting('application_name'), \
+                       current_setting('search_path'), current_setting('myapp.x', true)";
+            let row = c.simple_query(sql).expect("select").remove(0);
+            let row: Vec<String> = row.into_iter().map(Option::unwrap_or_default).collect();
+            assert_eq!(row, want.to_vec(), "client {i}, step {seq}: what it sees");
+            continue;
+        }
+        let insert = format!(
+            "insert into seen select {i}, {seq}, current_setting('application_name'), \
+             current_setting('search_path'), current_setting('myapp.x', true)"
+        );
+        let msgs = match rng.below(3) {
+            0 => {
+                c.send(&query(&insert));
+                c.read_until_ready()
+            }
+            1 => {
+                c.send(
+                    &[
+                        parse("", &insert),
+                        bind("", "", &[]),
+                        execute("", 0),
+                        sync(),
+                    ]
+                    .concat(),
+                );
+                c.read_until_ready()
+            }
+            _ => {
+                // A named statement with the step as its parameter.
+                let sql = format!(
+                    "insert into seen select {i}, $1::int, current_setting('application_name'), \
+                     current_setting('search_path'), current_setting('myapp.x', true)"
+                );
+                let mut batch = Vec::new();
+                if !prepared {
+                    batch.extend(parse("ins", &sql));
+                    prepared = true;
+                }
+                let arg = seq.to_string();
+                batch.extend([bind("", "ins", &[Some(&arg)]), execute("", 0), sync()].concat());
+                c.send(&batch);
+                c.read_until_ready()
+            }
+        };
+        if let Some(e) = msgs.iter().find(|m| m.tag == b'E') {
+            panic!("client {i}, step {seq}: {:?}", parse_error(&e.body));
+        }
+        rows.push((seq, want));
+    }
+    rows
+}
