@@ -191,6 +191,7 @@ pub struct App {
 impl App {
     pub fn new(config_path: PathBuf, snapshot: Snapshot) -> Arc<App> {
         crate::conn_log::configure(&snapshot.config.general);
+        crate::login_notice::configure(&snapshot.config.general);
         Arc::new(App {
             config_path,
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -333,6 +334,30 @@ impl App {
         v
     }
 
+    /// Takes out of the map those of the pools named by (database, server user) that
+    /// `free` picks, and returns them. `free` runs under the map's lock, through which
+    /// every login gets its pool: a pool nothing else holds then cannot be got meanwhile.
+    pub(crate) fn free_pools(
+        &self,
+        names: &[(String, String)],
+        free: impl Fn(&Arc<Pool>) -> bool,
+    ) -> Vec<Arc<Pool>> {
+        let mut pools = self.pools();
+        let mut freed = Vec::new();
+        for (db, user) in names {
+            let Some(users) = pools.get_mut(db) else {
+                continue;
+            };
+            if users.get(user).is_some_and(&free) {
+                freed.extend(users.remove(user));
+            }
+            if users.is_empty() {
+                pools.remove(db);
+            }
+        }
+        freed
+    }
+
     /// Every pool, for the admin console and metrics.
     pub fn all_pools(&self) -> Vec<Arc<Pool>> {
         self.pools()
@@ -392,6 +417,7 @@ impl App {
             self.sync_reader(&pool);
         }
         crate::conn_log::configure(&snap.config.general);
+        crate::login_notice::configure(&snap.config.general);
         crate::server::hosts::retain(|name| snap.resolve_database(name).is_some());
         crate::split::retain(|name| snap.resolve_database(name).is_some());
         self.snapshot.store(Arc::new(snap));

@@ -15,9 +15,11 @@ mod fd_limit;
 pub mod fuzzing;
 mod gucs;
 mod host_check;
+mod idle_pools;
 mod listen;
 mod listener;
 mod logging;
+mod login_notice;
 mod metrics_http;
 mod params;
 mod pool;
@@ -270,6 +272,7 @@ async fn serve(
     });
     tokio::spawn(client::park::watch());
     host_check::start(&app);
+    idle_pools::start(&app);
     if let Some(l) = http {
         if let Err(e) = metrics_http::start(&app, l) {
             tracing::error!("cannot serve http_listen: {e}");

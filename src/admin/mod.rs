@@ -160,6 +160,7 @@ async fn serve(
         messages::parameter_status(&mut out, name, &value);
     }
     messages::backend_key_data(&mut out, handle.0.id, rand::random());
+    crate::login_notice::append(&mut out);
     messages::ready_for_query(&mut out, b'I');
     if stream.write_all(&out).await.is_ok() {
         let reason = console.run(&mut stream, &mut inbuf).await;

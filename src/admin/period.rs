@@ -114,6 +114,15 @@ pub fn add(total: &mut Delta, d: &Delta) {
     t.evictions += d.evictions;
 }
 
+/// Drops what was kept of a freed pool (pool_idle_timeout): a pool made later under the
+/// same names starts from zero, and its window must too.
+pub fn forget(database: &str, user: &str) {
+    let key = (database.to_owned(), user.to_owned());
+    let mut s = snapshots();
+    s.older.remove(&key);
+    s.newer.remove(&key);
+}
+
 /// The totals of a pool at the start of the current averaging window.
 pub fn window_start(database: &str, user: &str) -> Delta {
     snapshots()

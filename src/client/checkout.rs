@@ -189,6 +189,7 @@ impl Session {
         self.client.0.set_startup(self.wanted.clone());
         let key = self.client.0.key;
         messages::backend_key_data(&mut out, key.pid, key.secret);
+        crate::login_notice::append(&mut out);
         messages::ready_for_query(&mut out, b'I');
         self.stream
             .write_all(&out)

@@ -106,7 +106,8 @@ pub(super) async fn serve(
 }
 
 /// AuthenticationOk, the server's parameters, the client's cancel key (cancels reach the
-/// server through Weir, as for any client) and ReadyForQuery, in one write.
+/// server through Weir, as for any client), login_notify_message's notice and
+/// ReadyForQuery, in one write.
 async fn welcome(
     stream: &mut Stream,
     server: &mut Lease,
@@ -122,6 +123,7 @@ async fn welcome(
     }
     let key = handle.0.key;
     messages::backend_key_data(&mut out, key.pid, key.secret);
+    crate::login_notice::append(&mut out);
     messages::ready_for_query(&mut out, b'I');
     stream
         .write_all(&out)

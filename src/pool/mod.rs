@@ -20,6 +20,7 @@ mod pipeline;
 mod queue;
 mod retry;
 mod settings;
+mod unused;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
@@ -123,6 +124,8 @@ pub struct Pool {
     pub(crate) boarding: atomic_waker::AtomicWaker,
     /// Passengers whose client asked to cancel (pipeline::HoldBoarding).
     cancels_aboard: AtomicUsize,
+    /// Since when the pool has been seen with no client and no server (unused).
+    unused_since: Mutex<Option<Instant>>,
 }
 
 impl Pool {
@@ -155,6 +158,7 @@ impl Pool {
             slow: std::sync::OnceLock::new(),
             boarding: atomic_waker::AtomicWaker::new(),
             cancels_aboard: AtomicUsize::new(0),
+            unused_since: Mutex::new(None),
         });
         for l in limits.db.iter().chain(limits.user.iter()) {
             l.join(&pool);

@@ -147,6 +147,7 @@ general_options! {
     log_pooler_errors: bool = true;
     log_stats: bool = true;
     logfile: Option<PathBuf> = None;
+    /// Text of a NOTICE every client gets as its login succeeds; unset sends none.
     login_notify_message: Option<String> = None;
     max_client_conn: u32 = 100;
     /// Zero means unlimited.
@@ -174,7 +175,7 @@ general_options! {
     /// nor behind one of the same text (or prepared statement) once it has.
     pipeline_slow_query: Duration = millis(50);
     pkt_buf: u32 = 4096;
-    /// Zero disables.
+    /// A pool with no clients and no servers for this long is freed; zero disables.
     pool_idle_timeout: Duration = secs(0);
     pool_mode: PoolMode = PoolMode::Session;
     query_timeout: Duration = secs(0);
