@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 1: SQL recognition, session settings, TLS settings
     ("sql", 1),
     ("gucs", 1),
+    ("login_notice", 1),
     ("tls", 1),
     // 2: who is connected, counters, connection log lines
     ("registry", 2),
@@ -52,6 +53,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("takeover", 8),
     // 9: the admin console and HTTP
     ("admin", 9),
+    ("idle_pools", 9),
     ("metrics_http", 9),
     // 10: fuzz entry points
     ("fuzzing", 10),
