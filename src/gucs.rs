@@ -318,11 +318,21 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
 /// agree. A role is given up first and taken last, so that the settings in between are
 /// made with the privileges the client had when it made them.
 pub fn apply(have: &Gucs, want: &Gucs) -> String {
-    if have == want {
-        return String::new();
+    let (mut sql, calls) = apply_parts(have, want);
+    if !calls.is_empty() {
+        sql.push_str(&format!("SELECT {};", calls.join(", ")));
     }
+    sql
+}
+
+/// `apply` in two parts: the RESETs that come first, and the set_config calls of one
+/// SELECT that follows them (the role's last).
+fn apply_parts(have: &Gucs, want: &Gucs) -> (String, Vec<String>) {
     let mut sql = String::new();
     let mut calls = Vec::new();
+    if have == want {
+        return (sql, calls);
+    }
     let role_first = have.get("role").is_some();
     if role_first {
         sql.push_str("RESET role;");
@@ -335,17 +345,18 @@ pub fn apply(have: &Gucs, want: &Gucs) -> String {
     for (name, value) in &want.0 {
         let same = have.get(name) == Some(value.as_str());
         if !same || (name == "role" && role_first) {
-            calls.push(format!(
-                "pg_catalog.set_config({}, {}, false)",
-                quote_literal(name),
-                quote_literal(value)
-            ));
+            calls.push(set_config(name, value));
         }
     }
-    if !calls.is_empty() {
-        sql.push_str(&format!("SELECT {};", calls.join(", ")));
-    }
-    sql
+    (sql, calls)
+}
+
+fn set_config(name: &str, value: &str) -> String {
+    format!(
+        "pg_catalog.set_config({}, {}, false)",
+        quote_literal(name),
+        quote_literal(value)
+    )
 }
 
 /// The SQL that puts a server into a client's session state: the reported parameters
@@ -378,17 +389,50 @@ pub fn state_sql(
     sql
 }
 
-/// `state_sql` as a Query to write in front of a client's request, in the same write
-/// (the request does not wait a round trip for it). It runs in a transaction block of
-/// its own: should any of it fail, PostgreSQL leaves the block open and aborted, and
-/// refuses what follows (25P02) instead of running the client's request in the wrong
-/// state. So the request behind must not begin with a statement that ends a block
-/// (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync may follow in the
-/// write: a plain request (sql::pipeline) is one such.
-pub fn on_the_way(sql: &str) -> bytes::BytesMut {
-    let mut out = bytes::BytesMut::with_capacity(sql.len() + 24);
-    crate::protocol::messages::query(&mut out, &format!("BEGIN;{sql}COMMIT"));
-    out
+/// The Query to write in front of a client's request, in the same write, that puts the
+/// server into the client's state (as `state_sql`, whose arguments it takes; None when
+/// there is nothing to do): the request does not wait a round trip for it. It runs in a
+/// transaction block of its own: should any of it fail, PostgreSQL leaves the block open
+/// and aborted, and refuses what follows (25P02) instead of running the client's request
+/// in the wrong state. So the request behind must not begin with a statement that ends a
+/// block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync may follow in
+/// the write: a plain request (sql::pipeline) is one such. Reported parameters are set
+/// by set_config in the one SELECT with the settings, and no guard comes first: this is
+/// only written where no timeout under a second is in force (`leaves_time`), and it runs
+/// in microseconds.
+pub fn on_the_way(
+    params: &ParamSet,
+    params_synced: bool,
+    wanted: &ParamSet,
+    have: Option<&Arc<Gucs>>,
+    want: Option<&Arc<Gucs>>,
+) -> Option<bytes::BytesMut> {
+    let mut calls = Vec::new();
+    if !params_synced {
+        for (name, value) in wanted.iter() {
+            if params.get(name) != Some(value) {
+                calls.push(set_config(name, value));
+            }
+        }
+    }
+    let mut resets = String::new();
+    if !same(have, want) {
+        let empty = Gucs::default();
+        let (r, c) = apply_parts(have.map_or(&empty, |g| g), want.map_or(&empty, |g| g));
+        resets = r;
+        calls.extend(c);
+    }
+    if calls.is_empty() && resets.is_empty() {
+        return None;
+    }
+    let mut sql = format!("BEGIN;{resets}");
+    if !calls.is_empty() {
+        sql.push_str(&format!("SELECT {};", calls.join(", ")));
+    }
+    sql.push_str("COMMIT");
+    let mut out = bytes::BytesMut::with_capacity(sql.len() + 6);
+    crate::protocol::messages::query(&mut out, &sql);
+    Some(out)
 }
 
 /// Whether the server's settings leave Weir's statements written on the way (`on_the_way`)
@@ -545,13 +589,16 @@ mod tests {
             state_sql(&wanted, true, &wanted, Some(&want), Some(&want)),
             ""
         );
-        let msg = on_the_way(&sql);
+        let msg = on_the_way(&ParamSet::default(), false, &wanted, None, Some(&want))
+            .expect("something to do");
         assert_eq!(msg[0], b'Q');
         let text = std::str::from_utf8(&msg[5..msg.len() - 1]).unwrap();
-        assert!(
-            text.starts_with("BEGIN;SET LOCAL") && text.ends_with(";COMMIT"),
-            "{text}"
+        assert_eq!(
+            text,
+            "BEGIN;SELECT pg_catalog.set_config('application_name', 'a1', false), \
+             pg_catalog.set_config('search_path', 't1', false);COMMIT"
         );
+        assert!(on_the_way(&wanted, true, &wanted, Some(&want), Some(&want)).is_none());
     }
 
     #[test]

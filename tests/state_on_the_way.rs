@@ -399,3 +399,52 @@ fn state_client(weir: &Weir, seed: u64, i: usize, steps: usize) -> Vec<(i32, [St
     }
     rows
 }
+
+/// A request of SETs gets the read-back that follows it written behind it, in the same
+/// write: the session is read without a round trip of its own, and the settings follow
+/// the client to the next server it is lent. A statement_timeout too short for the
+/// read-back (1 ms) still ends right: it is read back apart then.
+#[test]
+fn a_set_is_read_back_in_the_same_write() {
+    let pg = PgServer::start();
+    let (proxy, log) = logging_proxy(pg.port());
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
+        )
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start();
+    let mut a = client(&weir);
+    let mut b = client(&weir);
+    assert_eq!(b.query_one("show search_path"), "\"$user\", public");
+    log.lock().unwrap().clear();
+    a.simple_query("SET search_path TO s_a, public")
+        .expect("set");
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    let shown: Vec<String> = bursts
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    // The SET goes in front of b's state being taken off (one write, it is no plain
+    // request: the sync runs apart), then SET and read-back together.
+    let last = shown.last().expect("something was sent");
+    assert!(
+        last.contains("SET search_path TO s_a") && last.contains("current_setting"),
+        "SET and read-back not in one write: {shown:?}"
+    );
+    assert!(
+        !shown
+            .iter()
+            .any(|s| s.contains("current_setting") && !s.contains("SET search_path")),
+        "a read-back went alone: {shown:?}"
+    );
+    assert_eq!(b.query_one("show search_path"), "\"$user\", public");
+    assert_eq!(a.query_one("show search_path"), "s_a, public");
+    a.simple_query("SET statement_timeout = 1").expect("set");
+    assert_eq!(b.query_one("show statement_timeout"), "0");
+    assert_eq!(a.query_one("show statement_timeout"), "1ms");
+    assert_eq!(a.query_one("show search_path"), "s_a, public");
+}

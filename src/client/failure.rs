@@ -71,6 +71,12 @@ impl Session {
     /// Forgets the request framed so far, and what its answer was expected to hold.
     pub(super) fn forget_framed(&mut self) {
         self.cframe.reset();
+        // Weir's own queries framed with it (on_the_way) are gone with it too.
+        self.set_tie(super::OWED, false);
+        self.exchange.set(super::relay::TRAILING, false);
+        if let Some(x) = self.extras.as_mut() {
+            x.read_back = None;
+        }
         if let Some(p) = prepare::statements(&mut self.extras) {
             p.clear_replies();
             p.ahead.clear();

@@ -60,6 +60,11 @@ const LISTENING: u8 = 2;
 /// The server of the client's open transaction went away while the client was idle in
 /// it: the client's next request is answered with the error (see `lost_transaction`).
 const LOST: u8 = 4;
+/// The answer to Weir's own query is due from the server before the client's (the one
+/// that puts the server into the client's state, or the read-back after a request of
+/// SETs, see on_the_way): it is removed from what the server sends. A tie of a kind: the
+/// server cannot go while it is owed.
+const OWED: u8 = 8;
 
 /// What a client whose transaction died with its server is told, instead of losing its
 /// connection: in transaction mode its next transaction can run on another server (after
@@ -78,6 +83,10 @@ impl Session {
 
     fn listening(&self) -> bool {
         self.ties & LISTENING != 0
+    }
+
+    fn owed(&self) -> bool {
+        self.ties & OWED != 0
     }
 
     fn set_tie(&mut self, tie: u8, on: bool) {
@@ -128,17 +137,13 @@ pub struct Session {
     shutting_down: bool,
     /// The client's next message waits for a server (it names a prepared statement).
     held_back: bool,
-    /// Answers to Weir's own query, written in front of the client's request to put the
-    /// server into its state (on_the_way), still to come from the server: they are
-    /// removed, and the client's own follow.
-    internal: u8,
     /// What the queries since the session was last read back may have changed
     /// (sql::effects flags; see state).
     touched: u8,
     /// PINNED: something keeps the client on its server (see state), it is not given back
     /// between transactions. LISTENING: it listens through its pool's hub (see listen),
-    /// notifications are passed on. One byte for both: an idle client pays for the
-    /// session's size.
+    /// notifications are passed on. LOST and OWED (see their definitions). One byte for
+    /// all: an idle client pays for the session's size.
     /// Its two high bits: read_write_split's route of the lent server (see route).
     ties: u8,
     client: ClientHandle,
@@ -206,6 +211,9 @@ struct Extras {
     /// Session mode, during an online restart: the server that moves with the client
     /// (see moved). Taken up again if the move cannot be made.
     handoff: Option<Lease>,
+    /// The rows of a read-back written behind the client's request (on_the_way), as
+    /// they come.
+    read_back: Option<Box<on_the_way::ReadBackRows>>,
     /// A request sent before the client had its server, kept for the length of its
     /// transaction should another's cancel hit it (see stray_cancel).
     replay: Option<Box<stray_cancel::Replay>>,
@@ -221,6 +229,7 @@ impl Extras {
             && self.pending_write.is_none()
             && self.handoff.is_none()
             && self.replay.is_none()
+            && self.read_back.is_none()
     }
 }
 

@@ -2,32 +2,64 @@
 //! it (gucs::on_the_way) goes in the same write as the client's request, and its answers
 //! are removed from what the server sends back, so a hand-over to a client with state of
 //! its own costs no round trip. Where that is not safe, the query runs first, apart.
+//! Likewise the read-back after a request of SETs (client::state) is written behind it,
+//! and its rows taken from what the server sends after the request's answer.
 
-use super::relay::{MAX_MESSAGE, PLAIN};
-use super::{prepare, Session, INTERNAL_QUERY_TIMEOUT};
+use super::relay::{MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
+use super::{prepare, Session, INTERNAL_QUERY_TIMEOUT, OWED};
 use crate::pool::{Lease, PoolMode};
-use crate::protocol::PgError;
+use crate::protocol::framer::Frame;
+use crate::protocol::{messages, PgError};
+use crate::server::ServerConn;
+use crate::sql::effects::{DEFAULTS, EXACT, PIN, UNPIN};
+
+/// What a read-back written behind a request has answered so far.
+#[derive(Default)]
+pub(super) struct ReadBackRows {
+    rows: Vec<Vec<Option<String>>>,
+    /// It failed (cut by the client's new statement_timeout, say): the session is read
+    /// back apart after the transaction instead, as without this.
+    failed: bool,
+}
 
 impl Session {
     /// On a server just lent for the client's request: makes it hold the client's
     /// parameters and settings, by a query written in front of the request when that is
     /// safe, else by one run first.
     pub(super) async fn put_state(&mut self, held: &mut Lease) -> Result<(), PgError> {
-        // Of the server as it is, before the client's settings are taken for its own.
-        let time_ok = crate::gucs::leaves_time(held.gucs.as_ref());
-        let sql = self.state_sql(held);
-        if sql.is_empty() {
+        let params_synced = held
+            .synced_to
+            .as_ref()
+            .is_some_and(|s| std::sync::Arc::ptr_eq(s, &self.wanted));
+        if params_synced && crate::gucs::same(held.gucs.as_ref(), self.gucs()) {
             return Ok(());
         }
+        // No timeout short enough to cut Weir's statements, on the server as it is nor
+        // once it has the client's settings.
+        let time_ok =
+            crate::gucs::leaves_time(held.gucs.as_ref()) && crate::gucs::leaves_time(self.gucs());
         if time_ok && self.may_go_on_the_way(held) {
-            let query = crate::gucs::on_the_way(&sql);
-            self.prepend(&query);
-            self.internal = 1;
-            // As the server will be once the query has run: a request boarding behind the
-            // client's (pool::pipeline) is compared with that, not with what it was.
+            let query = crate::gucs::on_the_way(
+                &held.params,
+                params_synced,
+                &self.wanted,
+                held.gucs.as_ref(),
+                self.gucs(),
+            );
+            if let Some(query) = query {
+                self.prepend(&query);
+                self.set_tie(OWED, true);
+                self.pool.stats.count_state_applied(false);
+            }
+            // As the server will be once the query has run: a request boarding behind
+            // the client's (pool::pipeline) is compared with that, not with what it was.
             held.params.take_values(&self.wanted);
             held.synced_to = Some(self.wanted.clone());
-            self.pool.stats.count_state_applied(false);
+            held.gucs = self.gucs().cloned();
+            return Ok(());
+        }
+        let sql = self.state_sql(held);
+        if sql.is_empty() {
             return Ok(());
         }
         self.pool.stats.count_state_applied(true);
@@ -66,18 +98,70 @@ impl Session {
     /// client's request (pool::ahead): its answers are owed first, and what of it could
     /// not be written then goes now.
     pub(super) fn take_owed_state(&mut self, held: &mut Lease) {
-        self.internal = std::mem::take(&mut held.owed_internal);
+        let owed = std::mem::take(&mut held.owed_internal) > 0;
+        self.set_tie(OWED, owed);
         let rest = std::mem::take(&mut held.prefix_rest);
         if !rest.is_empty() {
             self.prepend(&rest);
         }
     }
 
+    /// After the client's request `frame` (a Query just framed): when it is only SETs
+    /// and RESETs of settings (sql::effects::only_settings) with nothing before it
+    /// outstanding, writes the read-back it calls for behind it, in the same write, so
+    /// that the session needs no round trip of its own to be read. The request can
+    /// neither open nor end a block, so the read-back runs in a transaction of its own,
+    /// after it, whatever it did. Not for what asks for more than settings by name (a
+    /// RESET ALL, a pin: the read-back then also acts on the client's session).
+    pub(super) fn read_back_on_the_way(&mut self, frame: &Frame) -> bool {
+        let x = &self.exchange;
+        if x.has(TRAILING)
+            || self.owed()
+            || self.touched == 0
+            || self.touched & (EXACT | DEFAULTS | PIN | UNPIN) != 0
+            || x.pending != 1
+            || x.has(UNSYNCED)
+            || x.status != b'I'
+            || self.pinned()
+            || self.listening()
+            || !self.cframe.at_boundary()
+        {
+            return false;
+        }
+        let end = self.cframe.scanned();
+        let Some(text) = frame
+            .body
+            .as_ref()
+            .filter(|b| b.end == end)
+            .and_then(|b| self.inbuf.get(b.clone()))
+            .and_then(|b| b.strip_suffix(b"\0"))
+        else {
+            return false;
+        };
+        if !crate::sql::effects::only_settings(text) {
+            return false;
+        }
+        let Some(sql) = self.read_back_sql() else {
+            return false;
+        };
+        let mut query = bytes::BytesMut::new();
+        messages::query(&mut query, &sql);
+        prepare::splice(&mut self.inbuf, end..end, &query);
+        self.cframe.rewritten(end, query.len());
+        self.delta.received = self.delta.received.saturating_sub(query.len() as u64);
+        self.exchange.set(TRAILING, true);
+        self.extras.get_or_insert_with(Box::default).read_back = Some(Box::default());
+        true
+    }
+
     /// Removes the next message of the answer to Weir's query from what the server sent.
     /// Ok(false) when it has not all come yet; Err(Some(error)) when the query failed
     /// (the client's request behind it was refused), Err(None) when the server sent
     /// something that is no message.
-    pub(super) fn swallow_internal(&mut self) -> Result<bool, Option<PgError>> {
+    pub(super) fn swallow_internal(
+        &mut self,
+        server: &mut ServerConn,
+    ) -> Result<bool, Option<PgError>> {
         let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |_| true) {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(false),
@@ -85,9 +169,37 @@ impl Session {
         };
         let body = frame.body.clone().unwrap_or_default();
         let body = self.outbuf.get(body).unwrap_or_default();
+        if let Some(mut rb) = self.extras.as_mut().and_then(|x| x.read_back.take()) {
+            match frame.tag {
+                b'D' => match crate::server::data_row(body) {
+                    Some(row) => rb.rows.push(row),
+                    None => rb.failed = true,
+                },
+                b'E' => rb.failed = true,
+                b'Z' => {
+                    let idle = body.first() == Some(&b'I');
+                    self.set_tie(OWED, false);
+                    self.remove_server_message(&frame);
+                    if !rb.failed && idle {
+                        let flags = std::mem::take(&mut self.touched);
+                        if let Some(x) = self.extras.as_mut() {
+                            x.touched_names.clear();
+                        }
+                        self.apply_read_back(&mut server.gucs, flags, rb.rows);
+                    }
+                    return Ok(true);
+                }
+                _ => {}
+            }
+            if let Some(x) = self.extras.as_mut() {
+                x.read_back = Some(rb);
+            }
+            self.remove_server_message(&frame);
+            return Ok(true);
+        }
         let outcome = match frame.tag {
             b'Z' => {
-                self.internal = self.internal.saturating_sub(1);
+                self.ties &= !OWED;
                 // Without an error before it, the block was committed.
                 match body.first() {
                     Some(b'I') => Ok(()),

@@ -53,7 +53,7 @@ pub struct Exchange {
     /// The last transaction status: I (idle), T (in a transaction), E (failed transaction).
     pub status: u8,
     /// UNSYNCED, ANSWERED, TERMINATED, and for pipelining (pool::pipeline) PLAIN,
-    /// UNNAMED_PLAIN, BOARDED, CARRYING: one byte, as an idle client pays for the
+    /// UNNAMED_PLAIN, BOARDED, CARRYING, and TRAILING (on_the_way): one byte, as an idle client pays for the
     /// session's size.
     pub flags: u8,
     /// The request's fingerprint (sql::pipeline::fold), folded to 16 bits for the same
@@ -77,6 +77,9 @@ pub const BOARDED: u8 = 4;
 /// Other clients' requests were sent behind this one: nothing more of this client's goes
 /// to the server, and what the server sends past its last ReadyForQuery is theirs.
 pub const CARRYING: u8 = 8;
+/// A read-back was written behind the client's request (on_the_way): its answer follows
+/// the request's, and is removed (the OWED tie) once that is in.
+pub const TRAILING: u8 = 128;
 
 impl Exchange {
     pub fn has(&self, bit: u8) -> bool {
@@ -107,7 +110,8 @@ impl Session {
     pub fn server_is_clean(&self) -> bool {
         let x = &self.exchange;
         x.pending == 0
-            && self.internal == 0
+            && !self.owed()
+            && !x.has(TRAILING)
             && !x.has(UNSYNCED)
             && x.status == b'I'
             && self.cframe.scanned() == 0
@@ -212,7 +216,7 @@ impl Session {
             }
             // Nothing more is framed, and so written, behind a request whose server is
             // still being put into the client's state (see on_the_way).
-            if !carrying && self.internal == 0 {
+            if !carrying && !self.owed() && !self.exchange.has(TRAILING) {
                 if let Err(e) = self.scan_client(Some(&mut server.statements)) {
                     return Poll::Ready(Event::ClientProtocol(e));
                 }
@@ -437,14 +441,22 @@ impl Session {
             if tracking && server.is_some() {
                 self.emit_synths();
             }
+            // Only on a server: a request framed while queueing may yet be refused there
+            // (fail_request), and what was written behind it would be taken for the
+            // client's next.
+            if frame.tag == b'Q' && pooled && server.is_some() && self.read_back_on_the_way(&frame)
+            {
+                // Nothing more is framed until the read-back's answer is in.
+                return Ok(());
+            }
         }
     }
 
     pub(super) fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
         loop {
-            if self.internal > 0 {
-                match self.swallow_internal() {
+            if self.owed() {
+                match self.swallow_internal(server) {
                     Ok(true) => continue,
                     Ok(false) => return Ok(()),
                     Err(Some(e)) => return Err(Event::StateFailed(e)),
@@ -502,6 +514,11 @@ impl Session {
                 b'Z' => {
                     let status = self.outbuf.get(body.start).copied().unwrap_or(b'I');
                     self.ready(status)?;
+                    if self.exchange.has(TRAILING) && self.exchange.pending == 0 {
+                        // What follows is the read-back written behind the request.
+                        self.exchange.set(TRAILING, false);
+                        self.set_tie(super::OWED, true);
+                    }
                 }
                 b'S' => {
                     server.synced_to = None;

@@ -160,7 +160,6 @@ impl Session {
             exchange: Exchange::fresh(),
             shutting_down: false,
             held_back: false,
-            internal: 0,
             touched: 0,
             ties: 0,
             client,

@@ -108,30 +108,58 @@ impl Session {
         self.extras.as_ref().and_then(|e| e.gucs.as_ref())
     }
 
-    /// After a transaction that may have changed the session: reads back what it holds
-    /// from the server, which both the client and the server then record.
-    pub(super) async fn read_back(&mut self, held: &mut Lease) -> Result<(), PgError> {
-        let flags = std::mem::take(&mut self.touched);
-        let extras = self.extras.get_or_insert_with(Box::default);
-        let mut names = std::mem::take(&mut extras.touched_names);
-        if let Some(g) = &extras.gucs {
-            for n in g.names() {
-                if !names.iter().any(|m| m == n) {
-                    names.push(n.to_owned());
+    /// The query that reads back what the queries since the last read-back may have
+    /// changed (gucs::read_back); None when they changed nothing that needs one.
+    pub(super) fn read_back_sql(&self) -> Option<String> {
+        let flags = self.touched;
+        let mut names: Vec<&str> = Vec::new();
+        if let Some(x) = self.extras.as_ref() {
+            names.extend(x.touched_names.iter().map(String::as_str));
+            if let Some(g) = &x.gucs {
+                for n in g.names() {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
                 }
             }
         }
         let exact = flags & EXACT != 0;
         let pins = flags & PIN != 0 || (self.pinned() && flags & UNPIN != 0);
         if !exact && names.is_empty() && !pins {
-            return Ok(());
+            return None;
         }
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let sql = gucs::read_back(&refs, exact, pins);
+        Some(gucs::read_back(&names, exact, pins))
+    }
+
+    /// After a transaction that may have changed the session: reads back what it holds
+    /// from the server, which both the client and the server then record.
+    pub(super) async fn read_back(&mut self, held: &mut Lease) -> Result<(), PgError> {
+        let sql = self.read_back_sql();
+        let flags = std::mem::take(&mut self.touched);
+        if let Some(x) = self.extras.as_mut() {
+            x.touched_names.clear();
+        }
+        let Some(sql) = sql else {
+            return Ok(());
+        };
         let mut rows = Vec::new();
         held.query_rows(&sql, INTERNAL_QUERY_TIMEOUT, Some(&mut rows))
             .await
             .map_err(|e| e.to_client_error())?;
+        self.apply_read_back(&mut held.gucs, flags, rows);
+        Ok(())
+    }
+
+    /// Records what a read-back found (rows of `read_back_sql`'s query, made for the
+    /// effects `flags`): the client's settings, and the server's (`server_gucs`).
+    pub(super) fn apply_read_back(
+        &mut self,
+        server_gucs: &mut Option<Arc<Gucs>>,
+        flags: u8,
+        rows: Vec<Vec<Option<String>>>,
+    ) {
+        let exact = flags & EXACT != 0;
+        let pins = flags & PIN != 0 || (self.pinned() && flags & UNPIN != 0);
         let mut now = Gucs::default();
         let mut pinned_by = None;
         let mut reset_values = Vec::new();
@@ -162,7 +190,7 @@ impl Session {
             }
         }
         let now = (!now.is_empty()).then(|| Arc::new(now));
-        held.gucs = now.clone();
+        *server_gucs = now.clone();
         let extras = self.extras.get_or_insert_with(Box::default);
         extras.gucs = match (&extras.startup_gucs, exact) {
             // What the client gave at startup is what RESET goes back to, as on a direct
@@ -184,7 +212,6 @@ impl Session {
             self.set_pinned(pinned_by.filter(|p| !p.is_empty()));
         }
         self.trim_extras();
-        Ok(())
     }
 
     /// RESET (ALL, or of one parameter) and DISCARD ALL put reported parameters back to

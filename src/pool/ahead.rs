@@ -122,16 +122,19 @@ impl Ahead {
         if params_synced && crate::gucs::same(conn.gucs.as_ref(), self.gucs.as_ref()) {
             return Some(None);
         }
-        if !self.plain || !crate::gucs::leaves_time(conn.gucs.as_ref()) {
+        if !self.plain
+            || !crate::gucs::leaves_time(conn.gucs.as_ref())
+            || !crate::gucs::leaves_time(self.gucs.as_ref())
+        {
             return None;
         }
-        let sql = crate::gucs::state_sql(
+        let query = crate::gucs::on_the_way(
             &conn.params,
             params_synced,
             &self.wanted,
             conn.gucs.as_ref(),
             self.gucs.as_ref(),
         );
-        Some(Some(crate::gucs::on_the_way(&sql)))
+        Some(query)
     }
 }

@@ -625,3 +625,65 @@ mod tests {
         );
     }
 }
+
+/// Whether `sql` (a Query's text, without its NUL) is only SET and RESET statements of
+/// session settings: run alone, it can neither open nor end a transaction block, so a
+/// query written behind it in the same write runs in a transaction of its own (client::
+/// on_the_way reads the session back that way). Not SET LOCAL, SET TRANSACTION, SET
+/// SESSION CHARACTERISTICS or SET CONSTRAINTS; nothing with a backslash (see
+/// sql::pipeline).
+pub fn only_settings(sql: &[u8]) -> bool {
+    if sql.contains(&b'\\') {
+        return false;
+    }
+    let Ok(text) = std::str::from_utf8(sql) else {
+        return false;
+    };
+    let toks = tokens(text);
+    let mut any = false;
+    for st in toks.split(|t| t.tok == Tok::Semi).filter(|s| !s.is_empty()) {
+        let word = |i: usize| match st.get(i).map(|t| &t.tok) {
+            Some(Tok::Word(w)) => w.as_str(),
+            _ => "",
+        };
+        if !matches!(word(0), "set" | "reset") {
+            return false;
+        }
+        let scoped = ["local", "transaction", "characteristics", "constraints"];
+        if (1..3).any(|i| scoped.contains(&word(i))) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+#[cfg(test)]
+mod only_settings_tests {
+    use super::only_settings;
+
+    #[test]
+    fn sets_and_resets_alone() {
+        for yes in [
+            "SET search_path TO a, public",
+            "set application_name = 'x'; RESET work_mem;",
+            "SET SESSION timezone TO 'UTC'",
+            "SET TIME ZONE 'UTC'",
+        ] {
+            assert!(only_settings(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "",
+            "SET LOCAL work_mem = '1MB'",
+            "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+            "SET CONSTRAINTS ALL DEFERRED",
+            "SET search_path = a; SELECT 1",
+            "BEGIN; SET search_path = a",
+            "SET search_path = E'a\\'b'",
+            "select set_config('a.b', '1', false)",
+        ] {
+            assert!(!only_settings(no.as_bytes()), "{no}");
+        }
+    }
+}
