@@ -83,7 +83,8 @@ pub async fn lookup(
     let pool = app
         .pool_as(snap, &src.database, &src.auth_user)
         .ok_or_else(|| config_error(&src.database))?;
-    let mut lease = pool.checkout(None, true, None).await?;
+    // A client logging in is no session yet: a safe shutdown reaches it through the pool.
+    let mut lease = pool.checkout_for_login(None).await?;
     let mut out = BytesMut::with_capacity(src.query.len() + user.len() + 64);
     // Extended protocol, so the user name travels as a parameter and is never spliced
     // into SQL.

@@ -103,6 +103,7 @@ pub fn frontend_messages(data: &[u8]) {
         cap: usize::from(mode >> 4) + 1,
         ahead: mode & 4 != 0,
         unsynced: mode & 8 != 0,
+        whole: true,
     };
     let mut out = BytesMut::new();
     let _ = rewrite::answer_alone(stream, &mut p, &mut out);
@@ -129,7 +130,7 @@ pub fn frontend_messages(data: &[u8]) {
         out.clear();
         let server = (mode & 4 == 0).then_some(&mut server);
         match rewrite::client_message(frame.tag, body, &mut p, server, &cx, &mut out) {
-            Edit::Keep | Edit::Replace | Edit::Hold => {}
+            Edit::Keep | Edit::Replace | Edit::Hold | Edit::Drop => {}
         }
     }
 }
@@ -207,6 +208,7 @@ pub fn backend_messages(data: &[u8]) {
         cap: 4,
         ahead: false,
         unsynced: false,
+        whole: true,
     };
     for (tag, body) in [
         (b'P', &b"s1\0select $1\0\0\0"[..]),

@@ -465,3 +465,149 @@ fn so_reuseport_peer_takes_new_clients_during_wait_for_clients() {
         old.log_tail()
     );
 }
+
+/// What a client still waiting when a safe shutdown comes is told, within a few seconds:
+/// the queue's FATAL "server shutting down", as for a client queued for a pooled server.
+fn released_at_once(c: &mut RawConn, what: &str) {
+    c.set_read_timeout(Duration::from_secs(5));
+    let started = Instant::now();
+    let e = c
+        .error_or_eof()
+        .unwrap_or_else(|| panic!("{what}: closed without an error"));
+    assert_eq!(
+        (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+        ("FATAL", "08P01", "server shutting down"),
+        "{what}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{what}: released after {:?}",
+        started.elapsed()
+    );
+}
+
+/// A client logging in while its pool has no server yet waits for the first server's
+/// login, which an unreachable server makes last up to query_wait_timeout. SIGINT
+/// releases it at once, as a queued client; then Weir exits, having no client left.
+#[test]
+fn sigint_releases_a_client_waiting_for_the_first_server_login() {
+    let unreachable = free_port();
+    let mut weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={unreachable} dbname=postgres"),
+        )
+        .set("pool_mode", "transaction")
+        .set("query_wait_timeout", 60)
+        .set("admin_users", "postgres")
+        .start();
+    let mut c = RawConn::connect(weir.port());
+    c.send(&proto::startup_message(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+    ]));
+    let waiting = || {
+        let mut a = console(&weir);
+        ok(&mut a, "SHOW CLIENTS")
+            .rows
+            .iter()
+            .filter(|r| r.iter().any(|v| v.as_deref() == Some("postgres")))
+            .count()
+    };
+    // Logged in to Weir, and waiting for the pool's first server.
+    assert!(
+        eventually(TIMEOUT, || waiting() >= 1),
+        "{}",
+        weir.log_tail()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+
+    weir.signal(libc::SIGINT);
+    released_at_once(&mut c, "the client waiting for the first server login");
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "weir did not exit with no client left\n{}",
+        weir.log_tail()
+    );
+}
+
+/// The same for a client whose login waits for an auth_query server (it is no session
+/// yet, and reached only through the pool).
+#[test]
+fn sigint_releases_a_client_whose_auth_query_waits_for_a_server() {
+    let unreachable = free_port();
+    let mut weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={unreachable} dbname=postgres"),
+        )
+        .auth_query_lookup()
+        .set("query_wait_timeout", 60)
+        .start();
+    let mut c = RawConn::connect(weir.port());
+    c.send(&proto::startup_message(&[
+        ("user", "not_in_the_auth_file"),
+        ("database", "postgres"),
+    ]));
+    assert!(
+        eventually(TIMEOUT, || weir.log().contains("server login failed")),
+        "{}",
+        weir.log_tail()
+    );
+    weir.signal(libc::SIGINT);
+    released_at_once(&mut c, "the client whose auth_query waits");
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "weir did not exit with no client left\n{}",
+        weir.log_tail()
+    );
+}
+
+/// A replication client queued for its pool's one slot (held by another replication
+/// client) is released at SHUTDOWN WAIT_FOR_SERVERS (SIGINT's) as any queued client; the
+/// one streaming keeps its server until it leaves (a replication session has no
+/// transaction end to stop at).
+#[test]
+fn wait_for_servers_releases_a_queued_replication_client() {
+    let pg = PgServer::start();
+    let mut weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("query_wait_timeout", 60)
+        .set("admin_users", "postgres")
+        .start();
+    let replication = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("replication", "database"),
+    ];
+    let mut first = RawConn::startup(weir.port(), "postgres", "postgres", &replication[2..])
+        .unwrap_or_else(|e| panic!("replication login: {e:?}"));
+    assert_eq!(first.simple_query("IDENTIFY_SYSTEM").unwrap().len(), 1);
+    let mut queued = RawConn::connect(weir.port());
+    queued.send(&proto::startup_message(&replication));
+    let mut a = console(&weir);
+    assert!(
+        eventually(TIMEOUT, || {
+            ok(&mut a, "SHOW POOLS").num("database", "postgres", "cl_waiting") == 1
+        }),
+        "the second replication client never queued"
+    );
+
+    assert_eq!(
+        ok(&mut a, "SHUTDOWN WAIT_FOR_SERVERS").tags,
+        vec!["SHUTDOWN"]
+    );
+    released_at_once(&mut queued, "the queued replication client");
+    assert_eq!(first.simple_query("IDENTIFY_SYSTEM").unwrap().len(), 1);
+    assert!(
+        weir.is_running(),
+        "exited with a replication client streaming"
+    );
+    drop(first);
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "weir did not exit once the replication client left\n{}",
+        weir.log_tail()
+    );
+}

@@ -823,9 +823,11 @@ fn a_runtime_set_of_max_prepared_statements_reaches_connected_clients() {
 }
 
 /// A client reusing a statement name gets PostgreSQL's 42P05 (the Bind and Execute after
-/// it skipped, a transaction block failed), and PostgreSQL logs only that mistake, the
-/// one it logs for a direct client: no error of Weir's making (it used to log
-/// `function pg_catalog.weir_statement_check() does not exist`).
+/// it skipped, a transaction block failed). Out of a transaction block Weir answers it
+/// itself, so PostgreSQL logs nothing; in one, PostgreSQL must fail the block and so logs
+/// the error, in the client's words, as for a direct client: never an error of Weir's
+/// making (it used to log `function pg_catalog.weir_statement_check() does not exist`,
+/// then `prepared statement "weir_1" already exists`).
 #[test]
 fn reused_name_leaves_no_error_of_weirs_in_postgres_log() {
     let pg = PgServer::start();
@@ -852,26 +854,167 @@ fn reused_name_leaves_no_error_of_weirs_in_postgres_log() {
         );
         let status = got[1].body[0];
         assert_eq!(status, if in_block { b'E' } else { b'I' });
+        let log = pg.log();
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR:")).collect();
+        if in_block {
+            assert_eq!(errors.len(), 1, "{log}");
+            assert!(
+                errors[0].ends_with(r#"ERROR:  prepared statement "x" already exists"#),
+                "{log}"
+            );
+        } else {
+            assert!(
+                errors.is_empty(),
+                "Weir answered, yet PostgreSQL logged:\n{log}"
+            );
+        }
     }
     c.simple_query("rollback").unwrap();
     // The statement the client has is still the first one.
     c.send(&bind("", "x", &[]));
     c.send(&execute("", 0));
     c.send(&sync());
-    let rows: Vec<_> = c
-        .read_until_ready()
-        .into_iter()
-        .filter(|m| m.tag == b'D')
-        .map(|m| data_row(&m.body))
-        .collect();
-    assert_eq!(rows, vec![vec![Some("1".to_string())]]);
+    assert_eq!(rows_until_ready(&mut c), vec![vec![Some("1".to_string())]]);
+    // The name PostgreSQL was made to refuse is not left on the server.
+    let names = c
+        .simple_query("select name from pg_prepared_statements")
+        .unwrap();
+    assert!(
+        names
+            .iter()
+            .flatten()
+            .flatten()
+            .all(|n| n.starts_with("weir_")),
+        "{names:?}"
+    );
+}
 
+/// A reused name in every position a batch can hold it, pipelined with what follows: the
+/// client sees what a direct connection sees (the rest of the batch skipped up to Sync,
+/// the next batch run; what the batch ran before the error rolled back; a block failed),
+/// and PostgreSQL logs for Weir's clients only errors it logs for the direct one, never a
+/// name of Weir's, and none at all where Weir answered without a transaction to fail.
+#[test]
+fn reused_names_match_a_direct_connection_and_its_log() {
+    let script = || {
+        vec![
+            step(vec![parse("x", "select 1"), sync()]),
+            // Out of a block, with the next batch pipelined behind.
+            step(vec![
+                parse("x", "select 2"),
+                bind("", "x", &[]),
+                execute("", 0),
+                parse("later", "select 'skipped'"),
+                sync(),
+                parse("", "select 'after'"),
+                bind("", "", &[]),
+                execute("", 0),
+                sync(),
+                bind("", "later", &[]),
+                sync(),
+            ]),
+            // The text's own error comes first.
+            step(vec![parse("x", "selec 2"), bind("", "x", &[]), sync()]),
+            // Flushed, the error comes at once; what follows it is skipped up to Sync.
+            flushed(vec![parse("x", "select 2"), flush()], 1),
+            step(vec![bind("", "x", &[]), execute("", 0), sync()]),
+            // A name like Weir's own.
+            step(vec![parse("weir_1", "select 5"), sync()]),
+            step(vec![
+                parse("weir_1", "select 6"),
+                bind("", "weir_1", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            // Reused within one batch.
+            step(vec![
+                parse("y", "select 3"),
+                parse("y", "select 4"),
+                bind("", "y", &[]),
+                execute("", 0),
+                sync(),
+                bind("", "y", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            // What the batch ran before the error is rolled back.
+            step(vec![
+                parse("", "insert into t values (1, 'rolled back')"),
+                bind("", "", &[]),
+                execute("", 0),
+                parse("x", "select 2"),
+                bind("", "x", &[]),
+                execute("", 0),
+                sync(),
+                query("select count(*) from t"),
+            ]),
+            // In a block: the block fails.
+            step(vec![query("begin")]),
+            step(vec![
+                parse("x", "select 2"),
+                sync(),
+                parse("", "select 'in a failed block'"),
+                bind("", "", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            step(vec![query("rollback")]),
+            // In a failed block, that is what the client hears of.
+            step(vec![query("begin"), query("select 1/0")]),
+            step(vec![parse("x", "select 2"), sync()]),
+            step(vec![query("rollback")]),
+            // A name of Weir's own the client never prepared, out of a block.
+            step(vec![
+                bind("", "weir_1", &[]),
+                execute("", 0),
+                sync(),
+                bind("", "x", &[]),
+                execute("", 0),
+                sync(),
+            ]),
+            // The same in SQL, out of a block.
+            step(vec![query("prepare q as select 7")]),
+            step(vec![query("prepare q as select 8"), query("execute q")]),
+            step(vec![query("execute weir_1"), query("deallocate weir_1")]),
+        ]
+    };
+    let pg = PgServer::start();
+    pg.exec("create table t (id int primary key, v text); create role direct superuser login");
+    let mut direct = RawConn::startup(pg.port(), "direct", "postgres", &[]).unwrap();
+    let want = run(&mut direct, &script());
+    let mut clients = 0;
+    for cap in [200, 1] {
+        let weir = one_server(&pg, cap);
+        for round in 0..2 {
+            let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+            let got = run(&mut c, &script());
+            let script = describe_script(&script());
+            assert_eq!(got, want, "cap {cap}, client {round}\nscript: {script}");
+            clients += 1;
+        }
+    }
+    // What each logged, by the role in the log line's prefix (`%u@%d`).
     let log = pg.log();
-    assert!(!log.contains("weir_statement_check"), "{log}");
-    for line in log.lines().filter(|l| l.contains("ERROR:")) {
+    let errors = |role: &str| -> Vec<String> {
+        let who = format!(" {role}@postgres ERROR:  ");
+        log.lines()
+            .filter_map(|l| l.split_once(&who).map(|(_, m)| m.to_string()))
+            .collect()
+    };
+    let (direct_errors, weir_errors) = (errors("direct"), errors("postgres"));
+    for e in &weir_errors {
         assert!(
-            line.contains("already exists"),
-            "an error of Weir's making: {line}\n{log}"
+            !e.contains("weir_"),
+            "an error of Weir's making: {e}\n{log}"
+        );
+        assert!(
+            direct_errors.contains(e),
+            "not logged for a direct client: {e}\n{log}"
         );
     }
+    let reused = |errors: &[String]| errors.iter().filter(|e| e.contains("already")).count();
+    // Direct: all seven reused names; through Weir, per client, the two that failed a
+    // transaction.
+    assert_eq!(reused(&direct_errors), 7, "{log}");
+    assert_eq!(reused(&weir_errors), 2 * clients, "{log}");
 }

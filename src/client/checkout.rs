@@ -85,7 +85,7 @@ impl Session {
                         heed_stop = false;
                         if me.withdraw() {
                             me.set_idle();
-                            return Err(Some(PgError::fatal("08P01", "server shutting down")));
+                            return Err(Some(crate::pool::gates::queue_released()));
                         }
                     }
                     // Giving up is only possible while the request has not gone ahead to a
@@ -171,7 +171,7 @@ impl Session {
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {
-                let l = Box::pin(pool.checkout(scram_keys, true, None)).await?;
+                let l = Box::pin(pool.checkout_for_login(scram_keys)).await?;
                 // The pool's own, made as the server connected: its clients then share
                 // their parameter sets with this one (what pool::ahead compares first).
                 let welcome = pool

@@ -46,17 +46,17 @@ pub(super) fn splice(buf: &mut BytesMut, range: Range<usize>, with: &[u8]) {
 }
 
 impl Session {
-    /// Rewrites a framed client message if it names a statement. False when it must wait
+    /// Rewrites a framed client message if it names a statement. `Held` when it must wait
     /// (it was un-framed): for a server to check it against, or, for the first message
     /// that needs tracking, until what was sent before it is answered.
     pub(super) fn track_client(
         &mut self,
         frame: &Frame,
         server: Option<&mut ServerStatements>,
-    ) -> bool {
+    ) -> Tracking {
         let tag = frame.tag;
         if !matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'Q' | b'F') {
-            return true;
+            return Tracking::Go;
         }
         let at = frame.start + HEADER_LEN;
         let range = frame.body.clone().unwrap_or(at..at);
@@ -66,7 +66,7 @@ impl Session {
             let needed = matches!(tag, b'P' | b'B' | b'D' | b'C' | b'E')
                 || (tag == b'Q' && crate::prepared::queries::query_kind(body).is_some());
             if !needed {
-                return true;
+                return Tracking::Go;
             }
             if self.exchange.pending > 0 || self.exchange.has(UNSYNCED) {
                 return self.hold(frame);
@@ -74,7 +74,7 @@ impl Session {
             self.extras.get_or_insert_with(Box::default).prepared = Some(Box::default());
         }
         let Some(p) = statements(&mut self.extras) else {
-            return true;
+            return Tracking::Go;
         };
         if !self.exchange.has(UNSYNCED) {
             let maybe_idle = self.exchange.status == b'I' || p.status_pending();
@@ -86,6 +86,7 @@ impl Session {
             cap: self.prepared_cap as usize,
             ahead: server.is_none(),
             unsynced: self.exchange.has(UNSYNCED),
+            whole: self.cframe.at_boundary(),
         };
         let mut out = BytesMut::new();
         let e = rewrite::client_message(tag, body, p, server, &cx, &mut out);
@@ -93,21 +94,28 @@ impl Session {
             crate::conn_log::statement_reused(&self.client.0, &String::from_utf8_lossy(&name));
         }
         match e {
-            Edit::Keep => true,
+            Edit::Keep => Tracking::Go,
             Edit::Hold => self.hold(frame),
             Edit::Replace => {
                 splice(&mut self.inbuf, frame.start..range.end, &out);
                 self.cframe.rewritten(frame.start, out.len());
                 // What Weir owes for it is added once the relay has counted the message.
-                true
+                Tracking::Go
+            }
+            Edit::Drop => {
+                // Whole (`Context::whole`): everything of it is framed.
+                let end = self.cframe.scanned();
+                splice(&mut self.inbuf, frame.start..end, &[]);
+                self.cframe.rewritten(frame.start, 0);
+                Tracking::Dropped
             }
         }
     }
 
-    fn hold(&mut self, frame: &Frame) -> bool {
+    fn hold(&mut self, frame: &Frame) -> Tracking {
         self.cframe.truncate(frame.start);
         self.held_back = true;
-        false
+        Tracking::Held
     }
 
     /// Matches a framed server message to what is owed: whether the relay is to look
@@ -274,6 +282,16 @@ impl Session {
     pub(super) fn flush_prepared_stats(&mut self) {
         flush_counts(&mut self.extras, &self.pool);
     }
+}
+
+/// What the relay does with a client message once statements are tracked.
+pub(super) enum Tracking {
+    /// Sent on (maybe rewritten), and counted.
+    Go,
+    /// Un-framed until it can be rewritten.
+    Held,
+    /// Removed: it gets no reply, and does not count as sent.
+    Dropped,
 }
 
 /// What the relay does with a server message once statements are tracked.

@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
-use super::prepare::Tracked;
+use super::prepare::{Tracked, Tracking};
 use super::Session;
 use crate::pool::{Ahead, Lease, PoolMode};
 use crate::protocol::framer::FrameError;
@@ -396,8 +396,10 @@ impl Session {
                 self.note_plain(&frame, flags);
             }
             if tracking {
-                if !self.track_client(&frame, server.as_deref_mut()) {
-                    return Ok(());
+                match self.track_client(&frame, server.as_deref_mut()) {
+                    Tracking::Go => {}
+                    Tracking::Held => return Ok(()),
+                    Tracking::Dropped => continue,
                 }
                 if let Some(p) = super::prepare::statements(&mut self.extras) {
                     if p.opaque {

@@ -132,6 +132,17 @@ impl Pool {
         }
     }
 
+    /// The checkout of a client still logging in, when the pool has no server yet to
+    /// take its parameters from (client::welcome): released, as the queue is, by a safe
+    /// shutdown (`gates::unless_queue_released`), though an unreachable server would have
+    /// it wait up to query_wait_timeout.
+    pub async fn checkout_for_login(
+        self: &Arc<Self>,
+        scram: Option<ScramCredential>,
+    ) -> Result<Lease, PgError> {
+        gates::unless_queue_released(self.checkout(scram, true, None)).await
+    }
+
     /// Counts a server that arrived already lent to its client (moved here by an online
     /// restart), over the pool's size if need be: the client had it before.
     pub fn adopt_lent(self: &Arc<Self>, conn: ServerConn) -> Lease {

@@ -22,8 +22,17 @@ impl Pool {
     /// Opens the replication server, with `params` (the client's startup parameters) in
     /// its startup packet beside `replication`. When the pool is full its oldest idle
     /// server is closed to make room; without one the client waits its turn like any
-    /// other, up to query_wait_timeout.
+    /// other, up to query_wait_timeout, or until a safe shutdown empties the queue.
     pub async fn dedicated(
+        self: &Arc<Self>,
+        kind: Replication,
+        params: &[(String, String)],
+        scram: Option<ScramCredential>,
+    ) -> Result<Lease, PgError> {
+        gates::unless_queue_released(self.open_dedicated(kind, params, scram)).await
+    }
+
+    async fn open_dedicated(
         self: &Arc<Self>,
         kind: Replication,
         params: &[(String, String)],

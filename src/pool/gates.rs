@@ -170,3 +170,37 @@ pub async fn shutdown_now_requested() {
 pub fn shutdown_mode() -> Option<ShutdownMode> {
     *SHUTDOWN.borrow()
 }
+
+/// What a client waiting for a server is told when a safe shutdown empties the queue, as
+/// PgBouncer's WAIT_FOR_SERVERS closes its waiting clients.
+pub fn queue_released() -> PgError {
+    PgError::fatal("08P01", "server shutting down")
+}
+
+/// Runs `wait` (a client's wait for a server) unless a safe shutdown (SIGINT, SHUTDOWN
+/// WAIT_FOR_SERVERS) empties the queue first: then `queue_released`. For the waits that
+/// happen outside a client's session and its stop signal (a login's wait for its pool's
+/// first server or for auth_query's, a replication client's for its own server);
+/// dropping the wait gives back whatever it held (its place in the queue, its slot, a
+/// server granted late).
+pub async fn unless_queue_released<T>(
+    wait: impl std::future::Future<Output = Result<T, PgError>>,
+) -> Result<T, PgError> {
+    let mut rx = SHUTDOWN.subscribe();
+    let released = async {
+        loop {
+            // WAIT_FOR_CLIENTS leaves clients be; WAIT_FOR_SERVERS is never taken back.
+            if *rx.borrow_and_update() == Some(ShutdownMode::WaitForServers) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        () = released => Err(queue_released()),
+        r = wait => r,
+    }
+}

@@ -39,6 +39,12 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
+    if let Reply::Tidy = front {
+        if tag == b'Z' {
+            p.pop();
+        }
+        return ServerEdit::Remove;
+    }
     if let Reply::PreparedSql(def) = front {
         match tag {
             b'E' => server.remove(def.id),
@@ -183,8 +189,21 @@ fn retire_if_stale(id: u64, body: &[u8], names: &super::replies::Names) -> bool 
 /// made.
 pub fn take_synths(p: &mut ClientStatements, status: u8, out: &mut BytesMut) -> usize {
     let mut readies = 0;
-    while let Some(Reply::Synth { tag, .. }) = p.replies.front() {
-        let command = match *tag {
+    loop {
+        let tag = match p.replies.front() {
+            Some(Reply::Synth { tag, .. }) => *tag,
+            Some(Reply::Refused { error, query }) => {
+                out.extend_from_slice(&error_response(error));
+                if *query {
+                    crate::protocol::messages::ready_for_query(out, status);
+                    readies += 1;
+                }
+                p.pop();
+                continue;
+            }
+            _ => break,
+        };
+        let command = match tag {
             b'1' => {
                 out.extend_from_slice(PARSE_COMPLETE);
                 None
@@ -211,5 +230,9 @@ pub fn take_synths(p: &mut ClientStatements, status: u8, out: &mut BytesMut) -> 
 
 /// True when Weir owes the client a reply at the front of the queue.
 pub fn synth_due(p: &ClientStatements) -> bool {
-    !p.skipping && matches!(p.replies.front(), Some(Reply::Synth { .. }))
+    !p.skipping
+        && matches!(
+            p.replies.front(),
+            Some(Reply::Synth { .. } | Reply::Refused { .. })
+        )
 }

@@ -118,6 +118,24 @@ pub fn put_failing_query(out: &mut BytesMut) {
     put_query(out, FAILING_QUERY);
 }
 
+/// A Parse of `body` (text, types) under the client's own name.
+pub fn put_named_parse(out: &mut BytesMut, name: &[u8], body: &[u8]) {
+    put_message(out, b'P', |b| {
+        b.put_slice(name);
+        b.put_u8(0);
+        b.put_slice(body);
+    });
+}
+
+/// A Close of the statement the server holds under the client's own name.
+pub fn put_close(out: &mut BytesMut, name: &[u8]) {
+    put_message(out, b'C', |b| {
+        b.put_u8(b'S');
+        b.put_slice(name);
+        b.put_u8(0);
+    });
+}
+
 /// A Parse of `body` (text, types) under `def`'s server name.
 pub fn put_parse_as(out: &mut BytesMut, def: &Def, body: &[u8]) {
     put_message(out, b'P', |b| {

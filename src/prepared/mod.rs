@@ -13,6 +13,7 @@ pub mod answers;
 pub mod defs;
 pub mod messages;
 pub mod queries;
+pub mod refusals;
 pub mod replies;
 pub mod retry;
 pub mod rewrite;

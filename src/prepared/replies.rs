@@ -135,6 +135,15 @@ pub struct ClientStatements {
     pub retry: super::retry::Retry,
     /// A name the client prepared again while it still had it, for the relay to log.
     pub reused: Option<Box<[u8]>>,
+    /// An Execute was sent since the last Sync or query: an error now must roll back
+    /// what it did, which only the server can (see `rewrite::refuse_here`).
+    pub ran: bool,
+    /// Weir answered a message of this batch with an error itself (`Reply::Refused`):
+    /// the rest of the batch is dropped up to its Sync, as PostgreSQL skips it.
+    pub refusing: bool,
+    /// A statement of the client's name Weir prepared on the server to have PostgreSQL
+    /// refuse the client's Parse in its own words: closed after the batch's Sync.
+    pub close_after_sync: Option<Box<[u8]>>,
 }
 
 impl ClientStatements {
@@ -181,6 +190,9 @@ impl ClientStatements {
 
     pub fn clear_replies(&mut self) {
         self.replies.clear();
+        self.ran = false;
+        self.refusing = false;
+        self.close_after_sync = None;
         self.retry.reset();
         self.undoable = 0;
         self.undoable_since_barrier = 0;
@@ -240,6 +252,14 @@ pub enum Reply {
     /// message: the server's error is replaced by this one (what PostgreSQL would have
     /// said to the client).
     Fail { error: PgError, query: bool },
+    /// An error Weir answers itself, in place of PostgreSQL's, where sending the server
+    /// anything that fails would put an error of Weir's making in its log. For an
+    /// extended-protocol message, the client's messages up to Sync are dropped
+    /// (`ClientStatements::refusing`); for a query, Weir adds its ReadyForQuery.
+    Refused { error: PgError, query: bool },
+    /// Weir's Close and Sync after the client's Sync (`close_after_sync`): everything
+    /// the server answers them with is removed, up to their ReadyForQuery.
+    Tidy,
     /// The ReadyForQuery of a Sync Weir added (to prepare a statement before a simple
     /// query that needs it): removed.
     SwallowReady,
@@ -271,7 +291,12 @@ impl Reply {
             | Reply::Reset { .. }
             | Reply::Dealloc { .. } => true,
             Reply::Synth { undo, .. } => undo.is_some(),
-            Reply::Sent(_) | Reply::Fail { .. } | Reply::SwallowReady | Reply::Discarded => false,
+            Reply::Sent(_)
+            | Reply::Fail { .. }
+            | Reply::Refused { .. }
+            | Reply::Tidy
+            | Reply::SwallowReady
+            | Reply::Discarded => false,
         }
     }
 
@@ -296,8 +321,9 @@ impl Reply {
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
             | Reply::SwallowReady
+            | Reply::Tidy
             | Reply::Fail { query: true, .. } => tag == b'Z',
-            Reply::Synth { .. } | Reply::Fail { query: false, .. } => false,
+            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Fail { query: false, .. } => false,
         }
     }
 
@@ -316,7 +342,9 @@ impl Reply {
                 | Reply::Reset { .. }
                 | Reply::Dealloc { .. }
                 | Reply::SwallowReady
+                | Reply::Tidy
                 | Reply::Fail { query: true, .. }
+                | Reply::Refused { query: true, .. }
         )
     }
 
@@ -368,6 +396,8 @@ impl Reply {
             | Reply::SentAs(..)
             | Reply::Synth { undo: None, .. }
             | Reply::Fail { .. }
+            | Reply::Refused { .. }
+            | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Discarded => {}
         }
@@ -411,6 +441,7 @@ mod tests {
             cap: 100,
             ahead: false,
             unsynced: false,
+            whole: true,
         };
         let start = std::time::Instant::now();
         let mut out = bytes::BytesMut::new();

@@ -10,9 +10,9 @@ use bytes::BytesMut;
 use super::defs::{intern, intern_sql, lookup, Def};
 use super::messages::*;
 use super::queries::{query_kind, QueryKind};
+use super::refusals::{already_exists, fail_as, missing, missing_as, parse_taken, skip_to_sync};
 use super::replies::{ClientStatements, Reply};
 use super::server::ServerStatements;
-use crate::protocol::PgError;
 
 pub enum Edit {
     /// Sent on as it is.
@@ -22,6 +22,9 @@ pub enum Edit {
     Hold,
     /// Replaced by what was written to `out` (maybe nothing).
     Replace,
+    /// Dropped, and owed nothing: PostgreSQL would have skipped it, after the error Weir
+    /// answered in its place (`Reply::Refused`).
+    Drop,
 }
 
 /// The bounds and state a rewrite needs besides the sets.
@@ -36,10 +39,9 @@ pub struct Context {
     pub ahead: bool,
     /// Extended-protocol messages were sent since the last Sync.
     pub unsynced: bool,
-}
-
-fn lossy(name: &[u8]) -> String {
-    String::from_utf8_lossy(name).into_owned()
+    /// The whole message is framed (a query may be framed by a prefix, and any message
+    /// before all of it has arrived): only a whole one can be dropped.
+    pub whole: bool,
 }
 
 /// Decides what to send in place of one client message (P, B, D, C, E, S, Q or F, its
@@ -59,6 +61,17 @@ pub fn client_message(
         b'Q' => query_kind(body).is_some(),
         _ => false,
     };
+    if p.refusing {
+        if tag != b'S' {
+            return skip_to_sync(tag, p, cx);
+        }
+        p.refusing = false;
+    }
+    match tag {
+        b'E' => p.ran = true,
+        b'S' | b'Q' | b'F' => p.ran = false,
+        _ => {}
+    }
     let assumed = server.is_none() && cx.ahead && matches!(tag, b'B' | b'D');
     let by_status = matches!(tag, b'P' | b'Q') && p.status_pending();
     if named && (p.must_wait() || by_status || (server.is_none() && !assumed)) {
@@ -78,28 +91,7 @@ pub fn client_message(
             };
             p.counts.client_parses += 1;
             if let Some(def) = p.names.get(name).cloned() {
-                let error = already_exists(p, name);
-                // PostgreSQL parses the text before it finds the name taken: a syntax
-                // error, or a failed transaction, is what the client hears of first.
-                // Unless the server has the statement, whose Parse under its server
-                // name does both, that is the unnamed Parse's to tell.
-                let held = server.touch(def.id);
-                if !held {
-                    put_unnamed_parse(out, rest);
-                    p.push(Reply::Discarded);
-                }
-                // Then PostgreSQL's own error for the statement's server name, after
-                // which the server skips to Sync: its log shows the client's mistake,
-                // none of Weir's making.
-                if held || ensure_any(p, server, &def, cx, out) {
-                    put_parse_as(out, &def, rest);
-                    p.push(Reply::Fail {
-                        error,
-                        query: false,
-                    });
-                    return Edit::Replace;
-                }
-                return fail(p, out, error);
+                return parse_taken(p, server, name, rest, &def, cx, out);
             }
             let def = intern(rest);
             let name: Box<[u8]> = name.into();
@@ -141,7 +133,7 @@ pub fn client_message(
             };
             let Some(def) = p.names.get(stmt).cloned() else {
                 return match server {
-                    Some(_) => missing(p, out, stmt).unwrap_or_else(|| keep(p)),
+                    Some(_) => missing(p, out, stmt, cx).unwrap_or_else(|| keep(p)),
                     None => Edit::Hold,
                 };
             };
@@ -187,7 +179,7 @@ pub fn client_message(
                 return Edit::Replace;
             }
             let Some(def) = p.names.get(name).cloned() else {
-                return missing(p, out, name).unwrap_or_else(|| keep(p));
+                return missing(p, out, name, cx).unwrap_or_else(|| keep(p));
             };
             if !ensure_any(p, server, &def, cx, out) {
                 return keep(p);
@@ -220,6 +212,17 @@ pub fn client_message(
             };
             p.push(reset);
             Edit::Keep
+        }
+        b'S' => {
+            let Some(name) = p.close_after_sync.take() else {
+                return keep(p);
+            };
+            p.push(Reply::Sent(b'S'));
+            put_sync(out);
+            put_close(out, &name);
+            put_sync(out);
+            p.push(Reply::Tidy);
+            Edit::Replace
         }
         _ => keep(p),
     }
@@ -268,47 +271,6 @@ pub fn settle_ahead(
     }
 }
 
-/// A statement name the client never prepared: PostgreSQL's own error says so, unless
-/// the name is one of Weir's (which some server may well have): that one must not reach
-/// a server, so the error is made here.
-fn missing(p: &mut ClientStatements, out: &mut BytesMut, name: &[u8]) -> Option<Edit> {
-    missing_as(p, out, name, false)
-}
-
-fn missing_as(
-    p: &mut ClientStatements,
-    out: &mut BytesMut,
-    name: &[u8],
-    query: bool,
-) -> Option<Edit> {
-    is_weir_name(name).then(|| {
-        let msg = format!("prepared statement \"{}\" does not exist", lossy(name));
-        fail_as(p, out, PgError::error("26000", msg), query)
-    })
-}
-
-/// PostgreSQL's error for a name the client has prepared already (the client stays, as
-/// it would with PostgreSQL, where PgBouncer closes it).
-fn already_exists(p: &mut ClientStatements, name: &[u8]) -> PgError {
-    p.reused = Some(name.into());
-    let msg = format!("prepared statement \"{}\" already exists", lossy(name));
-    PgError::error("42P05", msg)
-}
-
-fn fail(p: &mut ClientStatements, out: &mut BytesMut, error: PgError) -> Edit {
-    fail_as(p, out, error, false)
-}
-
-fn fail_as(p: &mut ClientStatements, out: &mut BytesMut, error: PgError, query: bool) -> Edit {
-    if query {
-        put_failing_query(out);
-    } else {
-        put_failing_message(out);
-    }
-    p.push(Reply::Fail { error, query });
-    Edit::Replace
-}
-
 /// SQL PREPARE: under Weir's name, unless the server has the statement already (then
 /// Weir answers); in a failed transaction it goes to the server for PostgreSQL's error.
 fn sql_prepare(
@@ -322,7 +284,7 @@ fn sql_prepare(
     p.counts.client_parses += 1;
     if p.names.contains_key(&name[..]) {
         let error = already_exists(p, &name);
-        return fail_as(p, out, error, true);
+        return fail_as(p, out, error, true, cx);
     }
     let def = intern_sql(rest);
     let name: Box<[u8]> = name.into();
@@ -361,7 +323,7 @@ fn sql_execute(
     out: &mut BytesMut,
 ) -> Option<Edit> {
     let Some(def) = p.names.get(name).cloned() else {
-        return missing_as(p, out, name, true);
+        return missing_as(p, out, name, true, cx);
     };
     p.counts.binds += 1;
     if def.effects.flags != 0 {
@@ -400,7 +362,7 @@ fn deallocate(
     out: &mut BytesMut,
 ) -> Option<Edit> {
     let Some((name, def)) = p.names.remove_entry(name) else {
-        return missing_as(p, out, name, true);
+        return missing_as(p, out, name, true, cx);
     };
     if def.sql && !server.touch(def.id) && cx.status != b'E' {
         p.push(Reply::Synth {
@@ -429,7 +391,7 @@ fn deallocate(
 /// which can go only between batches: in the middle of one (or in a failed transaction)
 /// this gives up, and the message goes on under the client's name for the server's
 /// error (a known limit: PostgreSQL would find the statement).
-fn ensure_any(
+pub(super) fn ensure_any(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     def: &Arc<Def>,
