@@ -318,20 +318,21 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
 /// agree. A role is given up first and taken last, so that the settings in between are
 /// made with the privileges the client had when it made them.
 pub fn apply(have: &Gucs, want: &Gucs) -> String {
-    let (mut sql, calls) = apply_parts(have, want);
-    if !calls.is_empty() {
+    let (mut sql, pairs) = apply_parts(have, want);
+    if !pairs.is_empty() {
+        let calls: Vec<String> = pairs.iter().map(|(n, v)| set_config(n, v)).collect();
         sql.push_str(&format!("SELECT {};", calls.join(", ")));
     }
     sql
 }
 
-/// `apply` in two parts: the RESETs that come first, and the set_config calls of one
-/// SELECT that follows them (the role's last).
-fn apply_parts(have: &Gucs, want: &Gucs) -> (String, Vec<String>) {
+/// `apply` in two parts: the RESETs that come first, and the settings to make after them,
+/// the role's last.
+fn apply_parts<'a>(have: &'a Gucs, want: &'a Gucs) -> (String, Vec<(&'a str, &'a str)>) {
     let mut sql = String::new();
-    let mut calls = Vec::new();
+    let mut pairs = Vec::new();
     if have == want {
-        return (sql, calls);
+        return (sql, pairs);
     }
     let role_first = have.get("role").is_some();
     if role_first {
@@ -345,10 +346,128 @@ fn apply_parts(have: &Gucs, want: &Gucs) -> (String, Vec<String>) {
     for (name, value) in &want.0 {
         let same = have.get(name) == Some(value.as_str());
         if !same || (name == "role" && role_first) {
-            calls.push(set_config(name, value));
+            pairs.push((name.as_str(), value.as_str()));
         }
     }
-    (sql, calls)
+    (sql, pairs)
+}
+
+/// Settings whose value is a list of identifiers: a SET flattens each element it is given
+/// with quote_identifier and joins them with ", " (where set_config() keeps the string
+/// as it is).
+const IDENTIFIER_LISTS: [&str; 3] = [
+    "search_path",
+    "temp_tablespaces",
+    "session_preload_libraries",
+];
+
+/// A SET that gives `name` the value `value` exactly as set_config() would, where one can
+/// be written: a utility statement costs PostgreSQL a fraction of a SELECT of
+/// set_config() (measured in bench/README.md). None for an extension's setting (a dotted
+/// name: it may be a list SET reads otherwise), and for a list of identifiers that SET
+/// would not flatten back to the same text.
+fn set_statement(name: &str, value: &str) -> Option<String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    if !IDENTIFIER_LISTS.contains(&name.to_ascii_lowercase().as_str()) {
+        // The name quoted: nothing in it can make the statement one PostgreSQL cannot
+        // parse (the whole query would fail without opening its block, and the request
+        // behind it run).
+        return Some(format!(
+            "SET {} TO {};",
+            quote_ident(name),
+            quote_literal(value)
+        ));
+    }
+    let elements = identifier_list(value)?;
+    let flattened: Vec<String> = elements.iter().map(|e| quote_identifier(e)).collect();
+    if flattened.join(", ") != value {
+        return None;
+    }
+    let quoted: Vec<String> = elements
+        .iter()
+        .map(|e| format!("\"{}\"", e.replace('"', "\"\"")))
+        .collect();
+    Some(format!(
+        "SET {} TO {};",
+        quote_ident(name),
+        quoted.join(", ")
+    ))
+}
+
+/// The elements of a list of identifiers as PostgreSQL reads one (SplitIdentifierString):
+/// separated by commas, each in double quotes ("" for a quote) or bare (folded to lower
+/// case); None for an empty list or one PostgreSQL would refuse.
+fn identifier_list(value: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut chars = value.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut element = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        element.push('"');
+                    }
+                    '"' => break,
+                    c => element.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c.is_whitespace() {
+                    break;
+                }
+                element.push(c.to_ascii_lowercase());
+                chars.next();
+            }
+        }
+        if element.is_empty() {
+            return None;
+        }
+        out.push(element);
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        match chars.next() {
+            None => return Some(out),
+            Some(',') => {}
+            Some(_) => return None,
+        }
+    }
+}
+
+/// PostgreSQL's quote_identifier: bare when lower-case letters, digits and underscores
+/// not starting with a digit, and no keyword but an unreserved one.
+fn quote_identifier(ident: &str) -> String {
+    let bare = ident
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && ident
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let keyword = || {
+        pg_query::scan_tokens(ident).map_or(true, |t| {
+            t.len() != 1
+                || !matches!(
+                    pg_query::protobuf::KeywordKind::try_from(t[0].keyword_kind),
+                    Ok(pg_query::protobuf::KeywordKind::NoKeyword
+                        | pg_query::protobuf::KeywordKind::UnreservedKeyword)
+                )
+        })
+    };
+    if bare && !keyword() {
+        ident.to_owned()
+    } else {
+        format!("\"{}\"", ident.replace('"', "\"\""))
+    }
 }
 
 fn set_config(name: &str, value: &str) -> String {
@@ -396,10 +515,10 @@ pub fn state_sql(
 /// and aborted, and refuses what follows (25P02) instead of running the client's request
 /// in the wrong state. So the request behind must not begin with a statement that ends a
 /// block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync may follow in
-/// the write: a plain request (sql::pipeline) is one such. Reported parameters are set
-/// by set_config in the one SELECT with the settings, and no guard comes first: this is
-/// only written where no timeout under a second is in force (`leaves_time`), and it runs
-/// in microseconds.
+/// the write: a plain request (sql::pipeline) is one such. Settings are made by SET
+/// where that says the same as set_config() (`set_statement`), and no guard comes first:
+/// this is only written where no timeout under a second is in force (`leaves_time`), and
+/// it runs in microseconds.
 pub fn on_the_way(
     params: &ParamSet,
     params_synced: bool,
@@ -407,28 +526,40 @@ pub fn on_the_way(
     have: Option<&Arc<Gucs>>,
     want: Option<&Arc<Gucs>>,
 ) -> Option<bytes::BytesMut> {
-    let mut calls = Vec::new();
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
     if !params_synced {
         for (name, value) in wanted.iter() {
             if params.get(name) != Some(value) {
-                calls.push(set_config(name, value));
+                pairs.push((name, value));
             }
         }
     }
+    let empty = Gucs::default();
     let mut resets = String::new();
     if !same(have, want) {
-        let empty = Gucs::default();
-        let (r, c) = apply_parts(have.map_or(&empty, |g| g), want.map_or(&empty, |g| g));
+        let (r, p) = apply_parts(have.map_or(&empty, |g| g), want.map_or(&empty, |g| g));
         resets = r;
-        calls.extend(c);
+        pairs.extend(p);
     }
-    if calls.is_empty() && resets.is_empty() {
+    if pairs.is_empty() && resets.is_empty() {
         return None;
     }
+    // SETs where they say the same as set_config(), the rest in one SELECT; the role's
+    // last, after all of them.
     let mut sql = format!("BEGIN;{resets}");
+    let mut calls = Vec::new();
+    let mut role = None;
+    for (name, value) in pairs {
+        match set_statement(name, value) {
+            Some(set) if name == "role" => role = Some(set),
+            Some(set) => sql.push_str(&set),
+            None => calls.push(set_config(name, value)),
+        }
+    }
     if !calls.is_empty() {
         sql.push_str(&format!("SELECT {};", calls.join(", ")));
     }
+    sql.extend(role);
     sql.push_str("COMMIT");
     let mut out = bytes::BytesMut::with_capacity(sql.len() + 6);
     crate::protocol::messages::query(&mut out, &sql);
@@ -595,10 +726,46 @@ mod tests {
         let text = std::str::from_utf8(&msg[5..msg.len() - 1]).unwrap();
         assert_eq!(
             text,
-            "BEGIN;SELECT pg_catalog.set_config('application_name', 'a1', false), \
-             pg_catalog.set_config('search_path', 't1', false);COMMIT"
+            "BEGIN;SET \"application_name\" TO 'a1';SET \"search_path\" TO \"t1\";COMMIT"
         );
         assert!(on_the_way(&wanted, true, &wanted, Some(&want), Some(&want)).is_none());
+    }
+
+    #[test]
+    fn set_says_what_set_config_says_or_is_not_used() {
+        let set = |n: &str, v: &str| set_statement(n, v);
+        assert_eq!(
+            set("search_path", "\"$user\", public").as_deref(),
+            Some("SET \"search_path\" TO \"$user\", \"public\";")
+        );
+        assert_eq!(
+            set("search_path", "tenant_1, \"My \"\"S\"").as_deref(),
+            Some("SET \"search_path\" TO \"tenant_1\", \"My \"\"S\";")
+        );
+        // set_config() keeps these as they are; SET would give them back otherwise.
+        for odd in [
+            "a,b",
+            "User, public",
+            "\"user\", \"select\"x",
+            "",
+            "a;b c",
+            "\"open",
+        ] {
+            assert_eq!(set("search_path", odd), None, "{odd}");
+        }
+        // A keyword a SET would quote: the same text only when it is quoted already.
+        assert_eq!(set("search_path", "user"), None);
+        assert!(set("search_path", "\"user\"").is_some());
+        assert_eq!(
+            set("statement_timeout", "5s").as_deref(),
+            Some("SET \"statement_timeout\" TO '5s';")
+        );
+        assert_eq!(
+            set("DateStyle", "ISO, MDY").as_deref(),
+            Some("SET \"DateStyle\" TO 'ISO, MDY';")
+        );
+        assert_eq!(set("myapp.user_id", "42"), None);
+        assert_eq!(set("bad name", "1"), None);
     }
 
     #[test]
