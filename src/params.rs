@@ -50,6 +50,11 @@ impl ParamSet {
         }
     }
 
+    /// Forgets a parameter's value: one compared with it differs.
+    pub fn forget(&mut self, name: &str) {
+        self.0.retain(|(k, _)| k != name);
+    }
+
     /// Takes `other`'s values for the parameters it names (a server being put into a
     /// client's parameters: what is sent next is compared with these).
     pub fn take_values(&mut self, other: &ParamSet) {

@@ -163,7 +163,7 @@ fn state_goes_in_the_same_write_as_the_request() {
     );
     for (i, b) in bursts.iter().enumerate() {
         assert!(
-            contains(b, "BEGIN;") && contains(b, "SET \"search_path\" TO") && contains(b, ASK),
+            contains(b, "BEGIN\0") && contains(b, "SET \"search_path\" TO") && contains(b, ASK),
             "turn {i} did not carry state and request together: {}",
             String::from_utf8_lossy(b)
         );

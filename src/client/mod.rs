@@ -428,7 +428,8 @@ impl Session {
             return Some(Box::pin(self.refuse(e)).await);
         }
         // A request already on the server (sent ahead, or pipelined behind another's) was
-        // let go there only if the server held its settings. Should the request before it
+        // let go there only if the server held its settings, or with the query that puts
+        // them there in front of it (pool::ahead). Should the request before it
         // have changed one since (a function's set_config, reported by ParameterStatus),
         // a SET now would run after it and its answer be taken for the request's: the
         // server is put right for the next client it is lent to (synced_to is unset).
@@ -530,10 +531,13 @@ impl Session {
             // Not when extended-protocol messages (or bytes that are no message at all)
             // were left without their Sync: the client may never send one, and a server
             // that died of what it was sent is the client's doing.
+            // Nor while the read-back of a SET the client was told succeeded was owed:
+            // the next server would be given the settings from before it.
             Event::ServerGone
                 if self.mode != PoolMode::Session
                     && !self.pinned()
-                    && !self.exchange.has(UNSYNCED) =>
+                    && !self.exchange.has(UNSYNCED)
+                    && !self.reading_back() =>
             {
                 crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
                 drop(held);

@@ -39,24 +39,27 @@ impl Session {
         let time_ok =
             crate::gucs::leaves_time(held.gucs.as_ref()) && crate::gucs::leaves_time(self.gucs());
         if time_ok && self.may_go_on_the_way(held) {
-            let query = crate::gucs::on_the_way(
+            let way = crate::gucs::on_the_way(
                 &held.params,
                 params_synced,
                 &self.wanted,
                 held.gucs.as_ref(),
                 self.gucs(),
             );
-            if let Some(query) = query {
-                self.prepend(&query);
+            if let crate::gucs::Way::Ahead(query) = &way {
+                self.prepend(query);
                 self.set_tie(OWED, true);
                 self.pool.stats.count_state_applied(false);
             }
-            // As the server will be once the query has run: a request boarding behind
-            // the client's (pool::pipeline) is compared with that, not with what it was.
-            held.params.take_values(&self.wanted);
-            held.synced_to = Some(self.wanted.clone());
-            held.gucs = self.gucs().cloned();
-            return Ok(());
+            if !matches!(way, crate::gucs::Way::Apart) {
+                // As the server will be once the query has run: a request boarding
+                // behind the client's (pool::pipeline) is compared with that, not with
+                // what it was.
+                held.params.take_values(&self.wanted);
+                held.synced_to = Some(self.wanted.clone());
+                held.gucs = self.gucs().cloned();
+                return Ok(());
+            }
         }
         let sql = self.state_sql(held);
         if sql.is_empty() {
@@ -154,6 +157,11 @@ impl Session {
         true
     }
 
+    /// A read-back was written behind the client's request and its answer is not in.
+    pub(super) fn reading_back(&self) -> bool {
+        self.exchange.has(TRAILING) || self.extras.as_ref().is_some_and(|x| x.read_back.is_some())
+    }
+
     /// Removes the next message of the answer to Weir's query from what the server sent.
     /// Ok(false) when it has not all come yet; Err(Some(error)) when the query failed
     /// (the client's request behind it was refused), Err(None) when the server sent
@@ -198,6 +206,8 @@ impl Session {
             return Ok(true);
         }
         let outcome = match frame.tag {
+            // BEGIN's answer: the rest's is still to come.
+            b'Z' if body.first() == Some(&b'T') => Ok(()),
             b'Z' => {
                 self.ties &= !OWED;
                 // Without an error before it, the block was committed.

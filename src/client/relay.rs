@@ -530,6 +530,12 @@ impl Session {
                                 Arc::make_mut(&mut self.wanted).set(name, value);
                             }
                         }
+                        if self.exchange.has(CARRYING) {
+                            // A passenger's state was taken to be the server's when it
+                            // boarded (pool::ahead), and runs after this: the value is
+                            // not known, so the next to board sets it whatever it wants.
+                            server.params.forget(name);
+                        }
                     }
                 }
                 _ => {}

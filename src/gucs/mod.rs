@@ -393,45 +393,61 @@ pub fn state_sql(
     sql
 }
 
-/// The Query to write in front of a client's request, in the same write, that puts the
-/// server into the client's state (as `state_sql`, whose arguments it takes; None when
-/// there is nothing to do): the request does not wait a round trip for it. It runs in a
-/// transaction block of its own: should any of it fail, PostgreSQL leaves the block open
-/// and aborted, and refuses what follows (25P02) instead of running the client's request
-/// in the wrong state. So the request behind must not begin with a statement that ends a
-/// block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync may follow in
-/// the write: a plain request (sql::pipeline) is one such. Settings are made by SET
-/// where that says the same as set_config() (`set_statement`), and no guard comes first:
-/// this is only written where no timeout under a second is in force (`leaves_time`), and
-/// it runs in microseconds.
+/// What `on_the_way` found to write in front of a client's request.
+#[derive(Debug)]
+pub enum Way {
+    /// The server holds the client's state already.
+    Nothing,
+    /// These messages put it there.
+    Ahead(bytes::BytesMut),
+    /// Only a query of its own, apart, can: the client's encoding changes (what follows
+    /// would be read in the last client's), a value is not ASCII and the server's encoding
+    /// not UTF-8, or a name is one a statement cannot spell exactly.
+    Apart,
+}
+
+/// The Queries to write in front of a client's request, in the same write, that put the
+/// server into the client's state (as `state_sql`, whose arguments it takes): the request
+/// does not wait a round trip for them. `BEGIN` goes alone first, then the rest ending
+/// in `COMMIT`: should any of the rest fail, even to parse, PostgreSQL leaves the block
+/// open and aborted, and refuses what follows (25P02) instead of running the client's
+/// request in the wrong state. So the request behind must not begin with a statement
+/// that ends a block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync
+/// may follow in the write: a plain request (sql::pipeline) is one such. Settings are
+/// made by SET where that says the same as set_config() (`set_statement`), and no guard
+/// comes first: this is only written where no timeout under a second is in force
+/// (`leaves_time`), and it runs in microseconds.
 pub fn on_the_way(
     params: &ParamSet,
     params_synced: bool,
     wanted: &ParamSet,
     have: Option<&Arc<Gucs>>,
     want: Option<&Arc<Gucs>>,
-) -> Option<bytes::BytesMut> {
+) -> Way {
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     if !params_synced {
         for (name, value) in wanted.iter() {
             if params.get(name) != Some(value) {
+                if name.eq_ignore_ascii_case("client_encoding") {
+                    return Way::Apart;
+                }
                 pairs.push((name, value));
             }
         }
     }
     let empty = Gucs::default();
-    let mut resets = String::new();
-    if !same(have, want) {
-        let (r, p) = apply_parts(have.map_or(&empty, |g| g), want.map_or(&empty, |g| g));
-        resets = r;
-        pairs.extend(p);
+    let (have, want) = (have.map_or(&empty, |g| g), want.map_or(&empty, |g| g));
+    if have.names().chain(want.names()).any(|n| !spellable(n)) {
+        return Way::Apart;
     }
+    let (resets, gucs) = apply_parts(have, want);
+    pairs.extend(gucs);
     if pairs.is_empty() && resets.is_empty() {
-        return None;
+        return Way::Nothing;
     }
     // SETs where they say the same as set_config(), the rest in one SELECT; the role's
     // last, after all of them.
-    let mut sql = format!("BEGIN;{resets}");
+    let mut sql = resets;
     let mut calls = Vec::new();
     let mut role = None;
     for (name, value) in pairs {
@@ -446,9 +462,22 @@ pub fn on_the_way(
     }
     sql.extend(role);
     sql.push_str("COMMIT");
-    let mut out = bytes::BytesMut::with_capacity(sql.len() + 6);
+    let utf8 = params
+        .get("client_encoding")
+        .is_some_and(|e| e.eq_ignore_ascii_case("UTF8"));
+    if !sql.is_ascii() && !utf8 {
+        return Way::Apart;
+    }
+    let mut out = bytes::BytesMut::with_capacity(sql.len() + 16);
+    crate::protocol::messages::query(&mut out, "BEGIN");
     crate::protocol::messages::query(&mut out, &sql);
-    Some(out)
+    Way::Ahead(out)
+}
+
+/// A setting's name as a statement can spell it: dot-separated parts, none empty, none
+/// over 63 bytes (the scanner would cut it, and RESET another setting).
+fn spellable(name: &str) -> bool {
+    name.split('.').all(|p| !p.is_empty() && p.len() <= 63)
 }
 
 /// Whether the server's settings leave Weir's statements written on the way (`on_the_way`)
@@ -605,15 +634,46 @@ mod tests {
             state_sql(&wanted, true, &wanted, Some(&want), Some(&want)),
             ""
         );
-        let msg = on_the_way(&ParamSet::default(), false, &wanted, None, Some(&want))
-            .expect("something to do");
-        assert_eq!(msg[0], b'Q');
-        let text = std::str::from_utf8(&msg[5..msg.len() - 1]).unwrap();
+        let Way::Ahead(msg) = on_the_way(&ParamSet::default(), false, &wanted, None, Some(&want))
+        else {
+            panic!("something to do");
+        };
+        assert_eq!(&msg[..11], b"Q\0\0\0\x0aBEGIN\0");
+        let rest = &msg[11..];
+        assert_eq!(rest[0], b'Q');
+        let text = std::str::from_utf8(&rest[5..rest.len() - 1]).unwrap();
         assert_eq!(
             text,
-            "BEGIN;SET \"application_name\" TO 'a1';SET \"search_path\" TO \"t1\";COMMIT"
+            "SET \"application_name\" TO 'a1';SET \"search_path\" TO \"t1\";COMMIT"
         );
-        assert!(on_the_way(&wanted, true, &wanted, Some(&want), Some(&want)).is_none());
+        assert!(matches!(
+            on_the_way(&wanted, true, &wanted, Some(&want), Some(&want)),
+            Way::Nothing
+        ));
+        // What cannot be written in front of the request goes apart.
+        let mut latin = ParamSet::default();
+        latin.set("client_encoding", "LATIN1");
+        let mut utf8_client = wanted.clone();
+        utf8_client.set("client_encoding", "UTF8");
+        assert!(matches!(
+            on_the_way(&latin, false, &utf8_client, None, Some(&want)),
+            Way::Apart
+        ));
+        let mut accented = wanted.clone();
+        accented.set("application_name", "Ángel");
+        latin.set("application_name", "x");
+        let mut utf8_latin = latin.clone();
+        utf8_latin.set("client_encoding", "UTF8");
+        accented.set("client_encoding", "UTF8");
+        assert!(matches!(
+            on_the_way(&utf8_latin, false, &accented, None, None),
+            Way::Ahead(_)
+        ));
+        let odd = Arc::new(gucs(&[("a..b", "1")]));
+        assert!(matches!(
+            on_the_way(&wanted, true, &wanted, Some(&odd), None),
+            Way::Apart
+        ));
     }
 
     #[test]

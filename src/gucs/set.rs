@@ -6,10 +6,11 @@ use crate::protocol::messages::quote_literal;
 /// Settings whose value is a list of identifiers: a SET flattens each element it is given
 /// with quote_identifier and joins them with ", " (where set_config() keeps the string
 /// as it is).
-const IDENTIFIER_LISTS: [&str; 3] = [
+const IDENTIFIER_LISTS: [&str; 4] = [
     "search_path",
     "temp_tablespaces",
     "session_preload_libraries",
+    "local_preload_libraries",
 ];
 
 /// A SET that gives `name` the value `value` exactly as set_config() would, where one can

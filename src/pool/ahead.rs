@@ -128,13 +128,16 @@ impl Ahead {
         {
             return None;
         }
-        let query = crate::gucs::on_the_way(
+        match crate::gucs::on_the_way(
             &conn.params,
             params_synced,
             &self.wanted,
             conn.gucs.as_ref(),
             self.gucs.as_ref(),
-        );
-        Some(query)
+        ) {
+            crate::gucs::Way::Nothing => Some(None),
+            crate::gucs::Way::Ahead(query) => Some(Some(query)),
+            crate::gucs::Way::Apart => None,
+        }
     }
 }
