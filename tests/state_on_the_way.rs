@@ -64,6 +64,19 @@ fn copy_logged(mut from: TcpStream, mut to: TcpStream, to_pg: bool, log: Log) {
     }
 }
 
+/// Weir in transaction mode with one server, reaching PostgreSQL through `proxy`.
+fn through_proxy(proxy: u16) -> Weir {
+    Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
+        )
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("admin_users", "postgres")
+        .start()
+}
+
 /// What Weir sent PostgreSQL in one go before each answer: consecutive reads towards
 /// PostgreSQL with no answer between them are one burst.
 fn bursts_to_pg(log: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
@@ -109,15 +122,7 @@ fn extended_ask(c: &mut RawConn) -> String {
 fn state_goes_in_the_same_write_as_the_request() {
     let pg = PgServer::start();
     let (proxy, log) = logging_proxy(pg.port());
-    let weir = Weir::builder()
-        .database(
-            "postgres",
-            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
-        )
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", 1)
-        .set("admin_users", "postgres")
-        .start();
+    let weir = through_proxy(proxy);
     let mut clients = Vec::new();
     for name in ["a", "b"] {
         let mut c = client(&weir);
@@ -408,15 +413,7 @@ fn state_client(weir: &Weir, seed: u64, i: usize, steps: usize) -> Vec<(i32, [St
 fn a_set_is_read_back_in_the_same_write() {
     let pg = PgServer::start();
     let (proxy, log) = logging_proxy(pg.port());
-    let weir = Weir::builder()
-        .database(
-            "postgres",
-            &format!("host=127.0.0.1 port={proxy} dbname=postgres"),
-        )
-        .set("pool_mode", "transaction")
-        .set("default_pool_size", 1)
-        .set("admin_users", "postgres")
-        .start();
+    let weir = through_proxy(proxy);
     let mut a = client(&weir);
     let mut b = client(&weir);
     assert_eq!(b.query_one("show search_path"), "\"$user\", public");

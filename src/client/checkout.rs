@@ -221,13 +221,19 @@ impl Session {
             .map_err(|e| e.to_client_error())
     }
 
+    /// Whether the server was last found to hold the client's parameter set (the very one:
+    /// clients share sets).
+    pub(super) fn params_synced(&self, lease: &Lease) -> bool {
+        lease
+            .synced_to
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted))
+    }
+
     /// The SQL that puts the server into the client's state (gucs::state_sql), which the
     /// server is taken to hold from now on; empty when it does already.
     pub(super) fn state_sql(&self, lease: &mut Lease) -> String {
-        let params_synced = lease
-            .synced_to
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.wanted));
+        let params_synced = self.params_synced(lease);
         if params_synced && crate::gucs::same(lease.gucs.as_ref(), self.gucs()) {
             return String::new();
         }

@@ -27,10 +27,7 @@ impl Session {
     /// parameters and settings, by a query written in front of the request when that is
     /// safe, else by one run first.
     pub(super) async fn put_state(&mut self, held: &mut Lease) -> Result<(), PgError> {
-        let params_synced = held
-            .synced_to
-            .as_ref()
-            .is_some_and(|s| std::sync::Arc::ptr_eq(s, &self.wanted));
+        let params_synced = self.params_synced(held);
         if params_synced && crate::gucs::same(held.gucs.as_ref(), self.gucs()) {
             return Ok(());
         }
