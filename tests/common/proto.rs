@@ -100,6 +100,13 @@ pub fn cancel_request(pid: i32, key: i32) -> Vec<u8> {
     special(80877102, &extra)
 }
 
+/// A CancelRequest with a key of any length (protocol 3.2: 4 to 256 bytes).
+pub fn cancel_request_key(pid: i32, secret: &[u8]) -> Vec<u8> {
+    let mut extra = pid.to_be_bytes().to_vec();
+    extra.extend_from_slice(secret);
+    special(80877102, &extra)
+}
+
 /// A regular (typed) frontend message.
 pub fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![tag];

@@ -1,0 +1,153 @@
+//! Protocol 3.2 (PostgreSQL 18, libpq's max_protocol_version=3.2), whose one change is a
+//! longer cancel key (4 to 256 bytes; PostgreSQL 18 gives 32). Weir asks its servers for
+//! 3.2 and keeps whatever key they give; a client asking for 3.2 gets it, with a 32-byte
+//! key of Weir's own that a cancel request must name whole.
+
+mod common;
+
+use common::proto::{cancel_request_key, query, startup_message_version};
+use common::*;
+
+/// A client logged in asking for protocol 3.`minor`: the NegotiateProtocolVersion body
+/// it was sent, if any, and its BackendKeyData (pid, secret).
+struct Login {
+    conn: RawConn,
+    negotiated: Option<Vec<u8>>,
+    pid: i32,
+    secret: Vec<u8>,
+}
+
+fn login(port: u16, minor: u16, options: &[(&str, &str)]) -> Login {
+    let mut conn = RawConn::connect(port);
+    let mut params = vec![("user", "postgres"), ("database", "postgres")];
+    params.extend_from_slice(options);
+    conn.send(&startup_message_version(3, minor, &params));
+    let msgs = conn.read_until_ready();
+    let body = |tag| msgs.iter().find(|m| m.tag == tag).map(|m| m.body.clone());
+    let key = body(b'K').expect("no BackendKeyData");
+    Login {
+        conn,
+        negotiated: body(b'v'),
+        pid: i32::from_be_bytes([key[0], key[1], key[2], key[3]]),
+        secret: key[4..].to_vec(),
+    }
+}
+
+/// Sends a cancel request naming `secret`; Weir closes the connection either way.
+fn cancel(port: u16, pid: i32, secret: &[u8]) {
+    let mut c = RawConn::connect(port);
+    c.send(&cancel_request_key(pid, secret));
+    assert!(c.closes(), "a cancel connection must be closed");
+}
+
+const SLEEP: &str = "select pg_sleep(30), 'not cancelled'";
+
+fn sleeping(pg: &PgServer) -> i64 {
+    pg.count_backends_where("query = 'select pg_sleep(30), ''not cancelled''' and state = 'active'")
+}
+
+/// Runs a 30 s sleep for `c`, tries each of `forged` (which must cancel nothing), then
+/// cancels it with its own key: the client gets 57014 and the sleep is gone.
+fn cancel_whole_key_only(pg: &PgServer, port: u16, c: &mut Login, forged: &[Vec<u8>]) {
+    c.conn.send(&query(SLEEP));
+    assert!(
+        eventually(TIMEOUT, || sleeping(pg) == 1),
+        "the sleep never ran"
+    );
+    for f in forged {
+        cancel(port, c.pid, f);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(sleeping(pg), 1, "a forged key cancelled the query");
+    cancel(port, c.pid, &c.secret);
+    let e = c.conn.expect_error();
+    assert_eq!(e.code, "57014", "{e:?}");
+    c.conn.read_until_ready();
+    assert!(
+        eventually(TIMEOUT, || sleeping(pg) == 0),
+        "the sleep still runs"
+    );
+    assert_eq!(c.conn.query_one("select 'still here'"), "still here");
+}
+
+/// A client asking for 3.2 of Weir in front of PostgreSQL 15 (which speaks 3.0) gets 3.2
+/// without a NegotiateProtocolVersion and a 32-byte key. A cancel must give all of it:
+/// the first 4 bytes alone, or the right first 4 and a wrong rest, cancel nothing, and a
+/// key over 256 bytes is refused; the key itself cancels the query on the server, which
+/// Weir reaches with the server's own 4-byte key. A 3.0 client still has a 4-byte key.
+#[test]
+fn a_3_2_client_gets_a_long_key_that_cancels_only_whole() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let mut c = login(weir.port(), 2, &[]);
+    assert_eq!(c.negotiated, None);
+    assert_eq!(
+        c.secret.len(),
+        32,
+        "a 3.2 client's key is PostgreSQL 18's length"
+    );
+    let mut wrong_rest = c.secret.clone();
+    wrong_rest[31] ^= 1;
+    let mut too_long = c.secret.clone();
+    too_long.resize(257, 0);
+    let forged = [c.secret[..4].to_vec(), wrong_rest, too_long, Vec::new()];
+    cancel_whole_key_only(&pg, weir.port(), &mut c, &forged);
+
+    let mut old = login(weir.port(), 0, &[]);
+    assert_eq!((old.negotiated.clone(), old.secret.len()), (None, 4));
+    let mut longer = old.secret.clone();
+    longer.extend_from_slice(&[0; 28]);
+    cancel_whole_key_only(&pg, weir.port(), &mut old, &[longer]);
+}
+
+/// What a client asking for 3.`minor` (with protocol options) is told before it logs in
+/// is byte for byte what PostgreSQL 18 tells it: nothing for 3.0 and 3.2 alone,
+/// NegotiateProtocolVersion naming 3.2 for a newer minor, 3.0 for 3.1 (reserved, never a
+/// protocol), and the options it did not know; with a key as long as PostgreSQL 18's.
+#[test]
+fn negotiation_is_postgresql_18s() {
+    let pg18 = PgServer::start_18();
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).start();
+    let options: &[(&str, &str)] = &[("_pq_.compression", "on")];
+    for (minor, options) in [
+        (0, &[][..]),
+        (1, &[]),
+        (2, &[]),
+        (3, &[]),
+        (9, &[]),
+        (0, options),
+        (1, options),
+        (2, options),
+        (9, options),
+    ] {
+        let direct = login(pg18.port(), minor, options);
+        let through = login(weir.port(), minor, options);
+        assert_eq!(
+            (through.negotiated, through.secret.len()),
+            (direct.negotiated, direct.secret.len()),
+            "3.{minor} {options:?}: Weir, then PostgreSQL 18"
+        );
+    }
+}
+
+/// Weir asks PostgreSQL 18 for 3.2 and keeps its 32-byte key: clients of 3.2 and 3.0
+/// alike cancel their queries there (PostgreSQL 18 ignores a cancel whose key is not the
+/// whole of its own), in transaction and session mode.
+#[test]
+fn weir_speaks_3_2_to_postgresql_18() {
+    let pg = PgServer::start_18();
+    for mode in ["transaction", "session"] {
+        let weir = Weir::for_pg(&pg).set("pool_mode", mode).arg("-v").start();
+        for minor in [2, 0] {
+            let mut c = login(weir.port(), minor, &[]);
+            cancel_whole_key_only(&pg, weir.port(), &mut c, &[]);
+        }
+        let log = weir.log();
+        assert!(
+            log.contains("logged in with protocol 3.2, a cancel key of 32 bytes"),
+            "{mode}: no server login in 3.2 with a 32-byte key:\n{}",
+            weir.log_tail()
+        );
+    }
+}
