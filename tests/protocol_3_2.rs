@@ -151,3 +151,97 @@ fn weir_speaks_3_2_to_postgresql_18() {
         );
     }
 }
+
+/// A server in front of `pg` that knows only protocol 3.0, as some proxies and older
+/// poolers do: it refuses a StartupMessage asking for anything else with 08P01 (as
+/// PgBouncer refuses what it cannot read) and passes everything else on, in the clear.
+/// Counts refusals.
+struct Only30 {
+    port: u16,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Only30 {
+    fn start(pg: &PgServer) -> Only30 {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (count, pg_port) = (refused.clone(), pg.port());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let count = count.clone();
+                std::thread::spawn(move || {
+                    let mut client = client;
+                    let mut head = [0u8; 8];
+                    if client.read_exact(&mut head).is_err() {
+                        return;
+                    }
+                    // No TLS here: Weir's SSLRequest is declined, and its startup follows.
+                    if head[4..] == 80_877_103u32.to_be_bytes()
+                        && (client.write_all(b"N").is_err()
+                            || client.read_exact(&mut head).is_err())
+                    {
+                        return;
+                    }
+                    let version = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+                    if version >> 16 == 3 && version != 196_608 {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let mut body = b"SFATAL\0C08P01\0Mbad packet header\0\0".to_vec();
+                        let mut e = vec![b'E'];
+                        e.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+                        e.append(&mut body);
+                        let _ = client.write_all(&e);
+                        return;
+                    }
+                    let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", pg_port))
+                    else {
+                        return;
+                    };
+                    let _ = server.write_all(&head);
+                    let (mut c2, mut s2) =
+                        (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut s2, &mut c2);
+                        let _ = c2.shutdown(std::net::Shutdown::Both);
+                    });
+                    let _ = std::io::copy(&mut client, &mut server);
+                    let _ = server.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Only30 { port, refused }
+    }
+
+    fn refusals(&self) -> usize {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A server that refuses protocol 3.2 instead of negotiating is asked for 3.0 again at
+/// once, and for 3.0 alone from then on: its clients (3.2 ones too) are served, cancels
+/// included, at the cost of one refused login.
+#[test]
+fn a_server_that_refuses_3_2_is_asked_for_3_0() {
+    let pg = PgServer::start();
+    let proxy = Only30::start(&pg);
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={} dbname=postgres", proxy.port),
+        )
+        .set("pool_mode", "session")
+        .start();
+    let mut a = login(weir.port(), 2, &[]);
+    assert_eq!(a.conn.query_one("select 'through'"), "through");
+    let mut b = login(weir.port(), 0, &[]);
+    assert_eq!(b.conn.query_one("select 'again'"), "again");
+    assert_eq!(proxy.refusals(), 1, "{}", weir.log_tail());
+    assert!(
+        weir.log().contains("refused protocol 3.2"),
+        "{}",
+        weir.log_tail()
+    );
+    cancel_whole_key_only(&pg, weir.port(), &mut a, &[]);
+    cancel_whole_key_only(&pg, weir.port(), &mut b, &[]);
+}

@@ -229,6 +229,8 @@ pub struct RawConn {
     pub params: HashMap<String, String>,
     /// BackendKeyData (pid, key), once received.
     pub key: Option<(i32, i32)>,
+    /// The whole secret of that key (4 bytes, or up to 256 in protocol 3.2).
+    pub secret: Vec<u8>,
 }
 
 impl RawConn {
@@ -247,6 +249,7 @@ impl RawConn {
             buf: Vec::new(),
             params: HashMap::new(),
             key: None,
+            secret: Vec::new(),
         }
     }
 
@@ -275,6 +278,15 @@ impl RawConn {
         c.send(&startup_message(&params));
         c.answer_login(password)?;
         Ok(c)
+    }
+
+    /// Logs in as postgres to database postgres asking for protocol 3.`minor` (trust).
+    pub fn startup_minor(port: u16, minor: u16) -> RawConn {
+        let mut c = RawConn::connect(port);
+        let params = [("user", "postgres"), ("database", "postgres")];
+        c.send(&startup_message_version(3, minor, &params));
+        c.finish_login();
+        c
     }
 
     /// Reads the server's side of a login after the startup message was sent, up to
@@ -310,6 +322,7 @@ impl RawConn {
                     let pid = i32::from_be_bytes(m.body[0..4].try_into().unwrap());
                     let key = i32::from_be_bytes(m.body[4..8].try_into().unwrap());
                     c.key = Some((pid, key));
+                    c.secret = m.body[4..].to_vec();
                 }
                 b'E' => return Err(parse_error(&m.body)),
                 b'Z' => return Ok(()),
