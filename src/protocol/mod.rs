@@ -25,14 +25,16 @@ pub const MAX_CANCEL_KEY: usize = 256;
 /// names. Protocol 3.0's secret is 4 bytes; 3.2's is 4 to 256 (PostgreSQL 18 sends 32).
 /// The first 4 are `secret`, the rest `tail`: peers stamp their id and a time to live on
 /// those first 4 bytes (crate::cancel), whatever the length, and a 3.0 key, the common
-/// case, stays two words with no allocation.
+/// case, stays two words and an empty pointer, with no allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendKey {
     pub pid: u32,
     pub secret: u32,
     /// Bytes beyond the first 4 (protocol 3.2), shared: a lend copies the server's key
-    /// into its client's cancel target.
-    pub tail: Option<std::sync::Arc<[u8]>>,
+    /// into its client's cancel target. A thin pointer (an Arc of a Vec, not of a slice):
+    /// every client's registry entry holds a key, and 8 bytes more would take it past a
+    /// 256-byte allocation size class.
+    pub tail: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl BackendKey {
@@ -55,12 +57,12 @@ impl BackendKey {
         Some(BackendKey {
             pid,
             secret: u32::from_be_bytes([head[0], head[1], head[2], head[3]]),
-            tail: (!tail.is_empty()).then(|| tail.into()),
+            tail: (!tail.is_empty()).then(|| std::sync::Arc::new(tail.to_vec())),
         })
     }
 
     pub fn tail(&self) -> &[u8] {
-        self.tail.as_deref().unwrap_or_default()
+        self.tail.as_deref().map_or(&[], Vec::as_slice)
     }
 
     /// The secret's length in bytes, as the wire carries it.
@@ -103,7 +105,7 @@ mod tests {
         assert!(long.matches(&long.clone()));
         assert!(!long.matches(&short) && !short.matches(&long));
         let mut forged = long.clone();
-        forged.tail = Some(vec![1; 27].into_iter().chain([2]).collect());
+        forged.tail = Some(std::sync::Arc::new([vec![1; 27], vec![2]].concat()));
         assert!(!long.matches(&forged));
         assert!(BackendKey::from_wire(7, &[0; 3]).is_none());
         assert!(BackendKey::from_wire(7, &[0; 257]).is_none());

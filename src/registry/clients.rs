@@ -579,3 +579,13 @@ pub fn enforce_waits() {
         }
     });
 }
+#[cfg(test)]
+mod tests {
+    /// Every logged-in client (parked ones too) holds an entry: with its Arc's two
+    /// counts it stays within a 256-byte size class of the allocator (the next is 320).
+    #[test]
+    fn a_client_entry_fits_its_size_class() {
+        let size = std::mem::size_of::<super::ClientInfo>() + 16;
+        assert!(size <= 256, "{size}");
+    }
+}

@@ -36,8 +36,8 @@ pub fn new_secret() -> u32 {
 pub const LONG_KEY_TAIL: usize = 28;
 
 /// The rest of a new protocol 3.2 client's key: random (ThreadRng is a CSPRNG).
-pub fn new_tail() -> std::sync::Arc<[u8]> {
-    std::sync::Arc::new(rand::random::<[u8; LONG_KEY_TAIL]>())
+pub fn new_tail() -> std::sync::Arc<Vec<u8>> {
+    std::sync::Arc::new(rand::random::<[u8; LONG_KEY_TAIL]>().to_vec())
 }
 
 /// This process's peer id, 0 without peers.
