@@ -74,11 +74,16 @@ fn cancel_whole_key_only(pg: &PgServer, port: u16, c: &mut Login, forged: &[Vec<
 /// without a NegotiateProtocolVersion and a 32-byte key. A cancel must give all of it:
 /// the first 4 bytes alone, or the right first 4 and a wrong rest, cancel nothing, and a
 /// key over 256 bytes is refused; the key itself cancels the query on the server, which
-/// Weir reaches with the server's own 4-byte key. A 3.0 client still has a 4-byte key.
+/// Weir reaches with the server's own 4-byte key (PostgreSQL 15 answers Weir's request
+/// for 3.2 with NegotiateProtocolVersion, and goes on in 3.0). A 3.0 client still has a
+/// 4-byte key.
 #[test]
 fn a_3_2_client_gets_a_long_key_that_cancels_only_whole() {
     let pg = PgServer::start();
-    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .arg("-v")
+        .start();
     let mut c = login(weir.port(), 2, &[]);
     assert_eq!(c.negotiated, None);
     assert_eq!(
@@ -98,6 +103,13 @@ fn a_3_2_client_gets_a_long_key_that_cancels_only_whole() {
     let mut longer = old.secret.clone();
     longer.extend_from_slice(&[0; 28]);
     cancel_whole_key_only(&pg, weir.port(), &mut old, &[longer]);
+    // PostgreSQL 15, asked for 3.2, answered NegotiateProtocolVersion and went on in 3.0.
+    assert!(
+        weir.log()
+            .contains("logged in with protocol 3.0, a cancel key of 4 bytes"),
+        "{}",
+        weir.log_tail()
+    );
 }
 
 /// What a client asking for 3.`minor` (with protocol options) is told before it logs in

@@ -96,8 +96,20 @@ fn chown_r(path: &Path) {
     }
 }
 
-/// The template cluster of the server in `bin`, created on first use.
+/// The template cluster of the server in `bin`, created on first use (once per machine,
+/// found again once per test binary).
 fn template(bin: &Path) -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, dir)) = dirs.iter().find(|(b, _)| b == bin) {
+        return dir.clone();
+    }
+    let dir = make_template(bin);
+    dirs.push((bin.to_owned(), dir.clone()));
+    dir
+}
+
+fn make_template(bin: &Path) -> PathBuf {
     {
         let uid = unsafe { libc::geteuid() };
         let base = std::env::temp_dir();
