@@ -83,7 +83,7 @@ pub(crate) fn startup_setting(
 /// when it asks for it, and newer ones 3.2 too, told by NegotiateProtocolVersion. 3.1
 /// was never a protocol (libpq 18 skips it; PostgreSQL 18 takes it without a word, with a
 /// 4-byte key), nor is it one here.
-pub(crate) fn protocol_for(minor: u16) -> (u32, bool) {
+fn protocol_for(minor: u16) -> (u32, bool) {
     let version = messages::PROTOCOL_3_0 | u32::from(minor);
     (version.min(messages::PROTOCOL_3_2), minor >= 2)
 }
@@ -725,4 +725,16 @@ async fn scram_exchange(
         client_key: done.client_key,
         server_key: done.server_key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn protocol_as_postgresql_18_serves_it() {
+        use crate::protocol::messages::{PROTOCOL_3_0, PROTOCOL_3_2};
+        assert_eq!(super::protocol_for(0), (PROTOCOL_3_0, false));
+        assert_eq!(super::protocol_for(1), (PROTOCOL_3_0 | 1, false));
+        assert_eq!(super::protocol_for(2), (PROTOCOL_3_2, true));
+        assert_eq!(super::protocol_for(9), (PROTOCOL_3_2, true));
+    }
 }
