@@ -32,6 +32,8 @@ def startup(params, version=196608):
 SSL = packet(struct.pack(">I", 80877103))
 GSS = packet(struct.pack(">I", 80877104))
 CANCEL = packet(struct.pack(">III", 80877102, 4242, 0xDEADBEEF))
+# Protocol 3.2's: a 32-byte key, as PostgreSQL 18 and Weir give a 3.2 client.
+CANCEL_3_2 = packet(struct.pack(">III", 80877102, 4242, 0xDEADBEEF) + bytes(range(28)))
 
 LIBPQ = [("user", "bob"), ("database", "app"), ("application_name", "psql"),
          ("client_encoding", "UTF8")]
@@ -123,6 +125,7 @@ SEEDS = {
         "ssl-then-startup": SSL + startup(LIBPQ),
         "gssenc-ssl-then-startup": GSS + SSL + startup(LIBPQ),
         "cancel": CANCEL,
+        "cancel-3.2": CANCEL_3_2,
         "options": startup([("user", "bob"), ("database", "app"),
                             ("options", "-c search_path=a,b --work-mem=8MB -cstatement_timeout=5s")]),
         "protocol-3.2": startup(LIBPQ + [("_pq_.test_option", "on")], version=196610),
@@ -160,6 +163,10 @@ SEEDS = {
         + auth(11, S1) + auth(12, S2) + auth(0) + LOGIN_TAIL,
         "login-error": error([(b"S", "FATAL"), (b"V", "FATAL"), (b"C", "28P01"),
                               (b"M", 'password authentication failed for user "bob"')]),
+        "login-3.2": auth(0) + LOGIN_TAIL.replace(
+            msg(b"K", struct.pack(">II", 31337, 0x12345678)),
+            msg(b"K", struct.pack(">II", 31337, 0x12345678) + bytes(range(28)))) + REPLIES,
+        "negotiate-3.0": msg(b"v", struct.pack(">II", 196608, 0)) + auth(0) + LOGIN_TAIL,
         "negotiate-notice": msg(b"v", struct.pack(">II", 0, 1) + cstr("_pq_.x")) + auth(0)
         + error([(b"S", "WARNING"), (b"C", "01000"), (b"M", "hi")], b"N") + LOGIN_TAIL,
         "error-reply": auth(0) + LOGIN_TAIL + msg(b"1", b"")

@@ -9,6 +9,10 @@
 //! where PgBouncer uses the pid's middle bytes: Weir keeps its pids whole, as the
 //! identity of its clients. The secret's low 2 bits are a time to live, as PgBouncer's,
 //! taken down at each hop, so that a loop between misconfigured peers ends.
+//!
+//! Keys of protocol 3.2 are longer (4 to 256 bytes); the stamp and time to live are on
+//! their first 4 bytes all the same, and the rest travels untouched: to a peer, to the
+//! previous process of an online restart, and to a server, which gets its own key whole.
 
 use std::time::Duration;
 
@@ -21,7 +25,7 @@ use crate::registry::keys::{peer_id, TTL};
 use crate::server::{BackendKey, ServerAddr};
 
 /// The peer a key was given out by (0: none), and what it has left to live.
-fn stamp(key: BackendKey) -> (u32, u32) {
+fn stamp(key: &BackendKey) -> (u32, u32) {
     (key.secret >> 16, key.secret & TTL)
 }
 
@@ -30,7 +34,7 @@ fn stamp(key: BackendKey) -> (u32, u32) {
 /// that peer.
 pub async fn forward(app: &crate::app::App, key: BackendKey) {
     let own = peer_id();
-    let (peer, ttl) = stamp(key);
+    let (peer, ttl) = stamp(&key);
     if own != 0 && peer != 0 && peer != own {
         return to_peer(app, key, peer, ttl).await;
     }
@@ -38,21 +42,16 @@ pub async fn forward(app: &crate::app::App, key: BackendKey) {
     // live it was given with is whole again.
     let key = match own {
         0 => key,
-        _ => BackendKey {
-            pid: key.pid,
-            secret: key.secret | TTL,
-        },
+        _ => key.with_secret(key.secret | TTL),
     };
-    let Some(client) = by_cancel_key(key) else {
+    let Some(client) = by_cancel_key(&key) else {
+        let pid = key.pid;
         // During an online restart the client may still be on the previous process.
         if crate::registry::handover::forward_cancel(key) {
-            tracing::debug!(
-                pid = key.pid,
-                "cancel request passed to the previous process"
-            );
+            tracing::debug!(pid, "cancel request passed to the previous process");
             return;
         }
-        tracing::debug!(pid = key.pid, "cancel request with an unknown key");
+        tracing::debug!(pid, "cancel request with an unknown key");
         return;
     };
     client.note_cancel();
@@ -93,12 +92,9 @@ async fn to_peer(app: &crate::app::App, key: BackendKey, peer: u32, ttl: u32) {
             }
         }
     };
-    let key = BackendKey {
-        pid: key.pid,
-        secret: key.secret.wrapping_sub(1),
-    };
+    let key = key.with_secret(key.secret.wrapping_sub(1));
     tracing::debug!(peer, %addr, "forwarding cancel request to peer");
-    send_to(&addr, key).await;
+    send_to(&addr, &key).await;
 }
 
 /// Sends a cancel request for the query running on `target`. Until PostgreSQL has
@@ -114,7 +110,7 @@ pub fn send(target: CancelTarget) -> impl std::future::Future<Output = ()> {
         .get(target.server_id)
         .map(InFlight::new);
     async move {
-        send_to(&target.addr, target.key).await;
+        send_to(&target.addr, &target.key).await;
         drop(counted);
     }
 }
@@ -142,8 +138,8 @@ async fn until_closed(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::R
     Ok(())
 }
 
-async fn send_to(addr: &ServerAddr, key: BackendKey) {
-    let packet = messages::cancel_request(key.pid, key.secret);
+async fn send_to(addr: &ServerAddr, key: &BackendKey) {
+    let packet = messages::cancel_request(key);
     let send = async {
         match addr {
             ServerAddr::Tcp { host, port } => {

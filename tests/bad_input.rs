@@ -84,7 +84,7 @@ async fn protocol_version_2_is_refused() {
     assert_fatal(&f, "0A000");
     assert_eq!(
         f.message,
-        "unsupported frontend protocol 2.0: server supports 3.0"
+        "unsupported frontend protocol 2.0: server supports 3.0 to 3.2"
     );
     assert_serving(&weir, "postgres", "postgres").await;
 }
@@ -103,7 +103,7 @@ async fn protocol_version_4_is_refused() {
     assert_fatal(&f, "0A000");
     assert_eq!(
         f.message,
-        "unsupported frontend protocol 4.0: server supports 3.0"
+        "unsupported frontend protocol 4.0: server supports 3.0 to 3.2"
     );
     assert_serving(&weir, "postgres", "postgres").await;
 }

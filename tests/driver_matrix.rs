@@ -314,15 +314,22 @@ fn psycopg_defaults() {
     run_program(&weir, &pg, python_args("psycopg3.py", &[]), "psycopg 3");
 }
 
-/// libpq 18 asking for protocol 3.2 (max_protocol_version=3.2) is told 3.0 and goes on
-/// with it, as against PostgreSQL 15 itself; asked for at least 3.2, it refuses both.
+/// libpq 18 asking for protocol 3.2 (max_protocol_version=3.2): PostgreSQL 15 tells it
+/// 3.0 and it goes on with that (asked for at least 3.2, it refuses the server); Weir in
+/// front of PostgreSQL 15 gives it 3.2, as PostgreSQL 18 does, directly or through Weir.
+/// Each time cancel_safe() cancels a running query, over 3.2 and over 3.0.
 #[test]
 fn psycopg_asks_for_protocol_3_2() {
     let pg = PgServer::start();
     let weir = Weir::for_pg(&pg).start();
-    let program = || python_args("protocol_3_2.py", &[]);
-    run_program_on(pg.port(), &weir, &pg, program(), "libpq 18 asking for 3.2");
-    run_program(&weir, &pg, program(), "libpq 18 asking for 3.2");
+    let program = |v| python_args("protocol_3_2.py", &[v]);
+    let name = "libpq 18 asking for 3.2";
+    run_program_on(pg.port(), &weir, &pg, program("3.0"), name);
+    run_program(&weir, &pg, program("3.2"), name);
+    let pg18 = PgServer::start_18();
+    let weir18 = Weir::for_pg(&pg18).start();
+    run_program_on(pg18.port(), &weir18, &pg18, program("3.2"), name);
+    run_program(&weir18, &pg18, program("3.2"), name);
 }
 
 #[test]

@@ -39,6 +39,17 @@ impl Successor {
         }
     }
 
+    /// Started, and taken over: the old process no longer accepts.
+    fn start_accepting(old: &Weir) -> Successor {
+        let new = Successor::start(old);
+        assert!(
+            eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
+            "{}",
+            old.log_tail()
+        );
+        new
+    }
+
     fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
@@ -587,12 +598,7 @@ async fn a_restart_during_a_restart_loses_no_client() {
     c.batch_execute("begin; insert into chain_t values (1)")
         .await
         .unwrap();
-    let mut second = Successor::start(&first);
-    assert!(
-        eventually(TIMEOUT, || first.log_tail().contains("accepts now")),
-        "{}",
-        first.log_tail()
-    );
+    let mut second = Successor::start_accepting(&first);
     let third = {
         let started = Instant::now();
         loop {
@@ -643,12 +649,7 @@ async fn clients_left_stay_when_the_new_process_dies() {
         .start();
     let c = connect(old.port(), "postgres", "postgres").await.unwrap();
     c.batch_execute("begin").await.unwrap();
-    let new = Successor::start(&old);
-    assert!(
-        eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
-        "{}",
-        old.log_tail()
-    );
+    let new = Successor::start_accepting(&old);
     drop(new);
     assert!(
         eventually(TIMEOUT, || old
@@ -708,12 +709,7 @@ async fn a_cancel_for_a_client_left_on_the_old_process_is_passed_back() {
         ) == 1),
         "the sleep never ran"
     );
-    let new = Successor::start(&old);
-    assert!(
-        eventually(TIMEOUT, || old.log_tail().contains("accepts now")),
-        "{}",
-        old.log_tail()
-    );
+    let new = Successor::start_accepting(&old);
     token.cancel_query(NoTls).await.unwrap();
     let r = tokio::time::timeout(TIMEOUT, sleeper)
         .await
@@ -725,4 +721,59 @@ async fn a_cancel_for_a_client_left_on_the_old_process_is_passed_back() {
         "{}",
         old.log_tail()
     );
+}
+
+/// Protocol 3.2 clients of PostgreSQL 18 in session mode: their 32-byte keys, and their
+/// servers' (which PostgreSQL 18 wants whole), survive an online restart. A client still
+/// running a query on the old process is cancelled through the new one, which passes
+/// the whole key back; one that moved is cancelled on the new process with its own key,
+/// and with a forged rest of it not.
+#[test]
+fn long_cancel_keys_survive_an_online_restart() {
+    use common::proto::{cancel_request_key, query};
+    let pg = PgServer::start_18();
+    let mut old = Weir::for_pg(&pg).set("pool_mode", "session").start();
+    let port = old.port();
+    let login = || {
+        let c = RawConn::startup_minor(port, 2);
+        assert_eq!(c.secret.len(), 32);
+        c
+    };
+    let cancel = |c: &RawConn, secret: &[u8]| {
+        let mut k = RawConn::connect(port);
+        k.send(&cancel_request_key(c.key.expect("a key").0, secret));
+        assert!(k.closes());
+    };
+    let sleeping = || pg.count_backends_where("query = 'select pg_sleep(30)' and state = 'active'");
+    let mut moving = login();
+    assert_eq!(moving.query_one("select 'before'"), "before");
+    let mut staying = login();
+    staying.send(&query("select pg_sleep(30)"));
+    assert!(
+        eventually(TIMEOUT, || sleeping() == 1),
+        "the sleep never ran"
+    );
+    let new = Successor::start_accepting(&old);
+    cancel(&staying, &staying.secret.clone());
+    assert_eq!(staying.expect_error().code, "57014", "{}", new.log());
+    staying.read_until_ready();
+    assert!(
+        old.wait_exit(Duration::from_secs(20)).is_some(),
+        "{}",
+        old.log_tail()
+    );
+    moving.send(&query("select pg_sleep(30)"));
+    assert!(
+        eventually(TIMEOUT, || sleeping() == 1),
+        "the sleep never ran"
+    );
+    let mut forged = moving.secret.clone();
+    forged[9] ^= 1;
+    cancel(&moving, &forged);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sleeping(), 1, "a forged key cancelled the query");
+    cancel(&moving, &moving.secret.clone());
+    assert_eq!(moving.expect_error().code, "57014", "{}", new.log());
+    moving.read_until_ready();
+    assert_eq!(moving.query_one("select 'after'"), "after");
 }

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use common::proto::{cancel_request, query};
+use common::proto::{cancel_request, cancel_request_key, query};
 use common::*;
 
 fn peer(pg: &PgServer, id: u32, port: u16, dirs: &[&Path; 2]) -> Weir {
@@ -58,12 +58,33 @@ impl Peers {
     fn logs(&self) -> String {
         format!("{}\n{}", self.weirs[0].log_tail(), self.weirs[1].log_tail())
     }
+
+    /// `c`'s query ends cancelled (57014) within 10 s.
+    fn expect_cancelled(&self, c: &mut RawConn, attempt: usize) {
+        c.set_read_timeout(Duration::from_secs(10));
+        let err = c
+            .error_or_eof()
+            .unwrap_or_else(|| panic!("attempt {attempt}: no error\n{}", self.logs()));
+        assert_eq!(
+            err.code,
+            "57014",
+            "attempt {attempt}: {err:?}\n{}",
+            self.logs()
+        );
+        c.read_until_ready();
+    }
 }
 
 /// Sends a cancel request to the Weir listening in `dir`.
 fn cancel_via(dir: &Path, port: u16, key: (i32, i32)) {
     let mut s = UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).unwrap();
     s.write_all(&cancel_request(key.0, key.1)).unwrap();
+}
+
+/// The same with a whole key of any length (protocol 3.2).
+fn cancel_key_via(dir: &Path, port: u16, pid: i32, secret: &[u8]) {
+    let mut s = UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).unwrap();
+    s.write_all(&cancel_request_key(pid, secret)).unwrap();
 }
 
 /// Which of the two Weirs holds client `c`: its console (reached over its own Unix
@@ -106,17 +127,37 @@ fn a_cancel_that_lands_on_the_other_peer_is_passed_on() {
         // The cancel goes to the other process, which must pass it on.
         let other = dirs[1 - held_by];
         cancel_via(other, port, key);
-        c.set_read_timeout(Duration::from_secs(10));
-        let err = c
-            .error_or_eof()
-            .unwrap_or_else(|| panic!("attempt {attempt}: no error\n{}", peers.logs()));
+        peers.expect_cancelled(&mut c, attempt);
+    }
+}
+
+/// A protocol 3.2 client's 32-byte key is passed on whole: with its own tail it cancels
+/// the query at the peer that holds the client, with another it cancels nothing there.
+#[test]
+fn a_long_key_is_passed_on_whole() {
+    let pg = PgServer::start();
+    let peers = two_peers(&pg);
+    let (port, dirs) = (peers.port, peers.dirs());
+    let sleeping = || pg.count_backends_where("query = 'select pg_sleep(30)' and state = 'active'");
+    for attempt in 0..4 {
+        let mut c = RawConn::startup_minor(port, 2);
+        assert_eq!(c.secret.len(), 32, "a 3.2 client's key");
+        let (pid, _) = c.key.expect("BackendKeyData");
+        let other = dirs[1 - holder(&dirs, port, &c)];
+        c.send(&query("select pg_sleep(30)"));
+        assert!(eventually(Duration::from_secs(10), || sleeping() == 1));
+        let mut forged = c.secret.clone();
+        forged[20] ^= 0x40;
+        cancel_key_via(other, port, pid, &forged);
+        cancel_key_via(other, port, pid, &c.secret[..4]);
+        std::thread::sleep(Duration::from_millis(300));
         assert_eq!(
-            err.code,
-            "57014",
-            "attempt {attempt}: {err:?}\n{}",
-            peers.logs()
+            sleeping(),
+            1,
+            "attempt {attempt}: a forged key cancelled the query"
         );
-        c.read_until_ready();
+        cancel_key_via(other, port, pid, &c.secret);
+        peers.expect_cancelled(&mut c, attempt);
     }
 }
 

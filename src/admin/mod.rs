@@ -159,7 +159,12 @@ async fn serve(
     ] {
         messages::parameter_status(&mut out, name, &value);
     }
-    messages::backend_key_data(&mut out, handle.0.id, rand::random());
+    let key = crate::protocol::BackendKey {
+        pid: handle.0.id,
+        secret: rand::random(),
+        tail: login.long_key.then(crate::registry::keys::new_tail),
+    };
+    messages::backend_key_data(&mut out, &key);
     crate::login_notice::append(&mut out);
     messages::ready_for_query(&mut out, b'I');
     if stream.write_all(&out).await.is_ok() {

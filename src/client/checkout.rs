@@ -134,7 +134,7 @@ impl Session {
                         }
                         tokio::spawn(crate::cancel::send(CancelTarget {
                             addr: lease.addr.clone(),
-                            key: lease.key,
+                            key: lease.key.clone(),
                             server_id: lease.id,
                         }));
                         // Nothing goes behind a request being cancelled, not even once
@@ -187,8 +187,7 @@ impl Session {
         messages::auth_request(&mut out, messages::AUTH_OK, &[]);
         self.wanted = welcome.write(&requested, &mut out);
         self.client.0.set_startup(self.wanted.clone());
-        let key = self.client.0.key;
-        messages::backend_key_data(&mut out, key.pid, key.secret);
+        messages::backend_key_data(&mut out, &self.client.0.key);
         crate::login_notice::append(&mut out);
         messages::ready_for_query(&mut out, b'I');
         self.stream

@@ -21,7 +21,6 @@ use crate::protocol::reader::{read_message, read_startup_packet, ReadError};
 use crate::protocol::startup::{self, Replication, StartupPacket};
 use crate::protocol::{PgError, MAX_STARTUP_PACKET};
 use crate::registry::client_limits::{self, Admission, Limits};
-use crate::server::BackendKey;
 use crate::stream::Stream;
 
 /// A client that has logged in: who it is, where it goes, what it asked for.
@@ -39,6 +38,8 @@ pub struct LoggedIn {
     pub admission: Admission,
     /// A replication connection: it gets a server of its own (client::replication).
     pub replication: Replication,
+    /// It speaks protocol 3.2: its cancel key is long (registry::keys).
+    pub long_key: bool,
 }
 
 pub enum Outcome {
@@ -57,6 +58,8 @@ pub struct AdminLogin {
     pub full_access: bool,
     pub requested: ParamSet,
     pub admission: Admission,
+    /// It speaks protocol 3.2: its (meaningless) cancel key is as long as any other's.
+    pub long_key: bool,
 }
 
 /// A startup parameter or an `options` setting: a reported one is tracked as such, the
@@ -71,6 +74,18 @@ pub(crate) fn startup_setting(
         Some(tracked) => requested.set(tracked, value),
         None => settings.put(&name.to_ascii_lowercase(), Some(value)),
     }
+}
+
+/// The protocol a client asking for 3.`minor` is served in, as PostgreSQL 18 serves it,
+/// and whether its cancel key is long (3.2 and up). 3.2 differs from 3.0 only in the
+/// cancel key, and the key a client gets is Weir's own whatever its servers speak (a
+/// cancel goes on to each server with that server's own key), so a client gets 3.2
+/// when it asks for it, and newer ones 3.2 too, told by NegotiateProtocolVersion. 3.1
+/// was never a protocol (libpq 18 skips it; PostgreSQL 18 takes it without a word, with a
+/// 4-byte key), nor is it one here.
+fn protocol_for(minor: u16) -> (u32, bool) {
+    let version = messages::PROTOCOL_3_0 | u32::from(minor);
+    (version.min(messages::PROTOCOL_3_2), minor >= 2)
 }
 
 /// The first byte of a TLS handshake record.
@@ -224,8 +239,8 @@ pub async fn login(
                         .map_err(|_| PgError::fatal("08006", "client gone"))?,
                 }
             }
-            Ok(StartupPacket::Cancel { pid, secret }) => {
-                Box::pin(crate::cancel::forward(app, BackendKey { pid, secret })).await;
+            Ok(StartupPacket::Cancel(key)) => {
+                Box::pin(crate::cancel::forward(app, key)).await;
                 return Ok(Outcome::Cancel);
             }
             Ok(StartupPacket::Startup { minor, .. }) => break (minor, payload),
@@ -312,15 +327,11 @@ pub async fn login(
             database: Some(database.clone()),
         })
     };
-    // Weir speaks 3.0 only, whatever minor the client asks for: 3.2 (libpq 18's
-    // max_protocol_version=3.2) would mean longer cancel keys, end to end.
-    if minor > 0 || !unsupported_options.is_empty() {
+    let (version, long_key) = protocol_for(minor);
+    // Told only what differs from what it asked for.
+    if version != messages::PROTOCOL_3_0 | u32::from(minor) || !unsupported_options.is_empty() {
         let mut out = BytesMut::new();
-        messages::negotiate_protocol_version(
-            &mut out,
-            messages::PROTOCOL_3_0,
-            &unsupported_options,
-        );
+        messages::negotiate_protocol_version(&mut out, version, &unsupported_options);
         stream
             .write_all(&out)
             .await
@@ -391,6 +402,7 @@ pub async fn login(
             full_access,
             requested,
             admission,
+            long_key,
         }));
     }
     if let Some(e) = crate::pool::gates::login_refusal(&database) {
@@ -475,6 +487,7 @@ pub async fn login(
         scram_keys,
         admission,
         replication,
+        long_key,
     }))
 }
 
@@ -712,4 +725,16 @@ async fn scram_exchange(
         client_key: done.client_key,
         server_key: done.server_key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn protocol_as_postgresql_18_serves_it() {
+        use crate::protocol::messages::{PROTOCOL_3_0, PROTOCOL_3_2};
+        assert_eq!(super::protocol_for(0), (PROTOCOL_3_0, false));
+        assert_eq!(super::protocol_for(1), (PROTOCOL_3_0 | 1, false));
+        assert_eq!(super::protocol_for(2), (PROTOCOL_3_2, true));
+        assert_eq!(super::protocol_for(9), (PROTOCOL_3_2, true));
+    }
 }

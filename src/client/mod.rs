@@ -717,7 +717,7 @@ impl Session {
     fn lend(&mut self, held: &Lease) {
         self.client.0.set_active(CancelTarget {
             addr: held.addr.clone(),
-            key: held.key,
+            key: held.key.clone(),
             server_id: held.id,
         });
         held.info.0.set_active(self.client.0.key.pid);

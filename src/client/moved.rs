@@ -30,6 +30,9 @@ pub struct Moved {
     unix: bool,
     pid: u32,
     secret: u32,
+    /// A protocol 3.2 client's key beyond its first 4 bytes.
+    #[serde(default)]
+    secret_tail: Option<Vec<u8>>,
     user: String,
     database: String,
     /// The pool's user: the forced user of the database entry, else `user`.
@@ -78,6 +81,9 @@ struct MovedServer {
     path: Option<std::path::PathBuf>,
     pid: u32,
     secret: u32,
+    /// A protocol 3.2 server's key beyond its first 4 bytes.
+    #[serde(default)]
+    secret_tail: Option<Vec<u8>>,
     /// What the server has reported with ParameterStatus.
     params: Vec<(String, String)>,
     age_ms: u64,
@@ -199,6 +205,7 @@ pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Se
         ),
         pid: info.key.pid,
         secret: info.key.secret,
+        secret_tail: info.key.tail.as_ref().map(|t| t.to_vec()),
         user: info.user.to_string(),
         database: info.database.to_string(),
         pool_user: session.pool.user.clone(),
@@ -249,6 +256,7 @@ pub fn pack(mut session: Box<Session>) -> Result<(Vec<u8>, Vec<OwnedFd>), Box<Se
                 },
                 pid: server.key.pid,
                 secret: server.key.secret,
+                secret_tail: server.key.tail.as_ref().map(|t| t.to_vec()),
                 params: pairs(&server.params),
                 age_ms: server.created.elapsed().as_millis() as u64,
             }),
@@ -350,10 +358,7 @@ pub fn adopt(app: &Arc<App>, text: &[u8], fds: Vec<OwnedFd>) -> Result<(), Strin
     {
         admission.keep();
     }
-    let key = BackendKey {
-        pid: moved.pid,
-        secret: moved.secret,
-    };
+    let key = moved_key(moved.pid, moved.secret, &moved.secret_tail)?;
     let handle = ClientHandle::adopt(
         key,
         moved.connect_time,
@@ -513,10 +518,10 @@ fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) 
         stream: Stream::Parked(socket),
         params: param_set(&moved.params),
         synced_to: None,
-        key: BackendKey {
-            pid: moved.pid,
-            secret: moved.secret,
-        },
+        key: moved_key(moved.pid, moved.secret, &moved.secret_tail).unwrap_or_else(|e| {
+            tracing::warn!("online restart: a moved server's {e}: its queries cannot be cancelled");
+            BackendKey::short(moved.pid, moved.secret)
+        }),
         addr: Arc::new(addr),
         created: now
             .checked_sub(Duration::from_millis(moved.age_ms))
@@ -534,6 +539,13 @@ fn adopt_server(pool: &Arc<crate::pool::Pool>, moved: MovedServer, fd: OwnedFd) 
     };
     drop(settings);
     pool.adopt_lent(conn)
+}
+
+/// A key as the previous process had it, its tail (protocol 3.2) included.
+fn moved_key(pid: u32, secret: u32, tail: &Option<Vec<u8>>) -> Result<BackendKey, String> {
+    let mut whole = secret.to_be_bytes().to_vec();
+    whole.extend_from_slice(tail.as_deref().unwrap_or_default());
+    BackendKey::from_wire(pid, &whole).ok_or_else(|| format!("cancel key of {} bytes", whole.len()))
 }
 
 fn param_set(pairs: &[(String, String)]) -> ParamSet {

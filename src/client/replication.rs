@@ -121,8 +121,8 @@ async fn welcome(
     for (name, value) in server.params.iter() {
         messages::parameter_status(&mut out, name, value);
     }
-    let key = handle.0.key;
-    messages::backend_key_data(&mut out, key.pid, key.secret);
+    let key = &handle.0.key;
+    messages::backend_key_data(&mut out, key);
     crate::login_notice::append(&mut out);
     messages::ready_for_query(&mut out, b'I');
     stream
@@ -131,7 +131,7 @@ async fn welcome(
         .map_err(|_| PgError::fatal("08006", "client gone"))?;
     handle.0.set_active(CancelTarget {
         addr: server.addr.clone(),
-        key: server.key,
+        key: server.key.clone(),
         server_id: server.id,
     });
     server.info.0.set_active(key.pid);

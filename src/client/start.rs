@@ -79,6 +79,7 @@ pub(super) async fn start(
         scram_keys,
         admission,
         replication: _,
+        long_key: _,
     } = client;
     let settings = (!settings.is_empty()).then(|| Arc::new(settings));
     // The registration uncounts the client when it goes.
@@ -117,6 +118,7 @@ fn register(client: &LoggedIn, peer: Endpoint, local: Endpoint, stream: &Stream)
         peer,
         local,
         client.requested.get("application_name").unwrap_or(""),
+        client.long_key,
     );
     if let Stream::Tls(t) = stream {
         if let tokio_rustls::TlsStream::Server(s) = &**t {

@@ -85,10 +85,11 @@ pub fn parameter_status(buf: &mut BytesMut, name: &str, value: &str) {
     });
 }
 
-pub fn backend_key_data(buf: &mut BytesMut, pid: u32, secret: u32) {
+pub fn backend_key_data(buf: &mut BytesMut, key: &super::BackendKey) {
     put_message(buf, b'K', |b| {
-        b.put_u32(pid);
-        b.put_u32(secret);
+        b.put_u32(key.pid);
+        b.put_u32(key.secret);
+        b.put_slice(key.tail());
     });
 }
 
@@ -113,14 +114,16 @@ pub fn negotiate_protocol_version(buf: &mut BytesMut, version: u32, unsupported:
 // ---- frontend messages, sent by Weir to servers ----
 
 pub const PROTOCOL_3_0: u32 = 196_608;
+/// PostgreSQL 18's: cancel keys of up to 256 bytes, its only change from 3.0.
+pub const PROTOCOL_3_2: u32 = 196_610;
 pub const CANCEL_REQUEST_CODE: u32 = 80_877_102;
 pub const SSL_REQUEST_CODE: u32 = 80_877_103;
 pub const GSSENC_REQUEST_CODE: u32 = 80_877_104;
 
-pub fn startup_message(params: &[(&str, &str)]) -> BytesMut {
+pub fn startup_message(version: u32, params: &[(&str, &str)]) -> BytesMut {
     let mut buf = BytesMut::with_capacity(128);
     buf.put_u32(0);
-    buf.put_u32(PROTOCOL_3_0);
+    buf.put_u32(version);
     for (k, v) in params {
         put_cstr(&mut buf, k);
         put_cstr(&mut buf, v);
@@ -131,12 +134,15 @@ pub fn startup_message(params: &[(&str, &str)]) -> BytesMut {
     buf
 }
 
-pub fn cancel_request(pid: u32, secret: u32) -> BytesMut {
-    let mut buf = BytesMut::with_capacity(16);
-    buf.put_u32(16);
+/// The whole key goes, however long: PostgreSQL 18 compares all of it.
+pub fn cancel_request(key: &super::BackendKey) -> BytesMut {
+    let len = 12 + key.secret_len();
+    let mut buf = BytesMut::with_capacity(len);
+    buf.put_u32(len as u32);
     buf.put_u32(CANCEL_REQUEST_CODE);
-    buf.put_u32(pid);
-    buf.put_u32(secret);
+    buf.put_u32(key.pid);
+    buf.put_u32(key.secret);
+    buf.put_slice(key.tail());
     buf
 }
 
@@ -202,12 +208,28 @@ mod tests {
 
     #[test]
     fn startup_message_is_length_prefixed() {
-        let b = startup_message(&[("user", "u")]);
+        let b = startup_message(PROTOCOL_3_2, &[("user", "u")]);
         assert_eq!(
             u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize,
             b.len()
         );
+        assert_eq!(&b[4..8], &[0, 3, 0, 2]);
         assert_eq!(&b[8..], b"user\0u\0\0");
+    }
+
+    #[test]
+    fn cancel_request_carries_the_whole_key() {
+        let mut secret = 9u32.to_be_bytes().to_vec();
+        secret.extend_from_slice(&[5; 28]);
+        let key = super::super::BackendKey::from_wire(7, &secret).unwrap();
+        let b = cancel_request(&key);
+        assert_eq!(b.len(), 44);
+        assert_eq!(&b[..4], &44u32.to_be_bytes());
+        assert_eq!(&b[12..], &secret[..]);
+        let mut k = BytesMut::new();
+        backend_key_data(&mut k, &key);
+        assert_eq!(&k[1..5], &40u32.to_be_bytes());
+        assert_eq!(&k[9..], &secret[..]);
     }
 
     #[test]

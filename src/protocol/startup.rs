@@ -2,15 +2,14 @@
 //! share its framing (SSL, GSS encryption, cancel).
 
 use super::messages::{CANCEL_REQUEST_CODE, GSSENC_REQUEST_CODE, SSL_REQUEST_CODE};
+use super::BackendKey;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum StartupPacket {
     SslRequest,
     GssEncRequest,
-    Cancel {
-        pid: u32,
-        secret: u32,
-    },
+    /// Its key is 4 bytes long (protocol 3.0) or up to 256 (3.2).
+    Cancel(BackendKey),
     /// Its parameters are read with `params`, borrowed from the packet.
     Startup {
         major: u16,
@@ -22,7 +21,7 @@ pub enum StartupPacket {
 pub enum StartupError {
     #[error("bad startup packet")]
     Malformed,
-    #[error("unsupported frontend protocol {0}.{1}: server supports 3.0")]
+    #[error("unsupported frontend protocol {0}.{1}: server supports 3.0 to 3.2")]
     UnsupportedVersion(u16, u16),
 }
 
@@ -36,11 +35,11 @@ pub fn parse(payload: &[u8]) -> Result<StartupPacket, StartupError> {
         SSL_REQUEST_CODE => Ok(StartupPacket::SslRequest),
         GSSENC_REQUEST_CODE => Ok(StartupPacket::GssEncRequest),
         CANCEL_REQUEST_CODE => {
-            let rest = payload.get(4..12).ok_or(StartupError::Malformed)?;
-            Ok(StartupPacket::Cancel {
-                pid: u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]),
-                secret: u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
-            })
+            let pid = payload.get(4..8).ok_or(StartupError::Malformed)?;
+            let pid = u32::from_be_bytes([pid[0], pid[1], pid[2], pid[3]]);
+            BackendKey::from_wire(pid, &payload[8..])
+                .map(StartupPacket::Cancel)
+                .ok_or(StartupError::Malformed)
         }
         _ => {
             let major = (code >> 16) as u16;
@@ -186,7 +185,19 @@ mod tests {
         let mut p = CANCEL_REQUEST_CODE.to_be_bytes().to_vec();
         p.extend_from_slice(&7u32.to_be_bytes());
         p.extend_from_slice(&9u32.to_be_bytes());
-        assert_eq!(parse(&p), Ok(StartupPacket::Cancel { pid: 7, secret: 9 }));
+        assert_eq!(
+            parse(&p),
+            Ok(StartupPacket::Cancel(BackendKey::short(7, 9)))
+        );
+        // Protocol 3.2: the rest of a longer key; past 256 bytes, or under 4, malformed.
+        p.extend_from_slice(&[3; 28]);
+        let Ok(StartupPacket::Cancel(long)) = parse(&p) else {
+            panic!("a 32-byte key")
+        };
+        assert_eq!((long.secret, long.tail()), (9, &[3; 28][..]));
+        p.extend_from_slice(&[3; 225]);
+        assert_eq!(parse(&p), Err(StartupError::Malformed));
+        assert_eq!(parse(&p[..4 + 4 + 3]), Err(StartupError::Malformed));
     }
     #[test]
     fn reads_replication_as_postgresql_does() {

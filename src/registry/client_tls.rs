@@ -56,15 +56,16 @@ mod tests {
 
     #[test]
     fn entries_belong_to_their_client_and_go_with_it() {
-        let a = ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "");
-        let b = ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "");
+        let a = ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "", false);
+        let b = ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "", false);
         set(&a.0, "TLSv1.3/x".into());
         assert_eq!(get(&a.0), "TLSv1.3/x");
         assert_eq!(get(&b.0), "");
         let pid = a.0.key.pid;
         drop(a);
         for _ in 0..200 {
-            let c = ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "");
+            let c =
+                ClientHandle::register("tls-u", "tls-d", Endpoint::Unix, Endpoint::Unix, "", false);
             set(&c.0, "t".into());
         }
         let t = table();

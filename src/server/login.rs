@@ -98,6 +98,8 @@ pub struct Login<'a> {
     scram: Option<ClientSession>,
     pub params: ParamSet,
     pub key: Option<BackendKey>,
+    /// The protocol version asked for, then the one the server agreed to.
+    pub protocol: u32,
 }
 
 impl<'a> Login<'a> {
@@ -115,6 +117,7 @@ impl<'a> Login<'a> {
             scram: None,
             params: ParamSet::default(),
             key: None,
+            protocol: messages::PROTOCOL_3_2,
         }
     }
 
@@ -222,14 +225,22 @@ impl<'a> Login<'a> {
                 if body.len() < 8 {
                     return Err(ConnectError::Protocol("short BackendKeyData"));
                 }
-                self.key = Some(BackendKey {
-                    pid: body.get_u32(),
-                    secret: body.get_u32(),
-                });
+                let pid = body.get_u32();
+                // Whatever its length (protocol 3.2: up to 256 bytes), the key is kept
+                // whole: a cancel request must give it back so.
+                let key = BackendKey::from_wire(pid, &body)
+                    .ok_or(ConnectError::Protocol("BackendKeyData of a bad length"))?;
+                self.key = Some(key);
             }
             b'Z' => return Ok(true),
             b'N' => {}
-            b'v' => {}
+            // A server older than the protocol asked for (PostgreSQL before 18 asked for
+            // 3.2) names the newest it speaks, and the login goes on in that.
+            b'v' => {
+                self.protocol = super::version::negotiated(&body, self.protocol).ok_or(
+                    ConnectError::Protocol("server offers a protocol version Weir does not speak"),
+                )?;
+            }
             _ => return Err(ConnectError::Protocol("unexpected message during login")),
         }
         Ok(false)
@@ -322,11 +333,32 @@ async fn connect_inner(
 }
 
 /// One login; `tls` is the host name to check the certificate against, and whether the
-/// server must agree to TLS, when TLS is to be asked for.
+/// server must agree to TLS, when TLS is to be asked for. Protocol 3.2 is asked for, and
+/// 3.0 again at once from a server that refuses it (server::version).
 async fn attempt(
     target: &ServerTarget,
     scram_keys: Option<Credential>,
     tls: Option<(&str, bool)>,
+) -> Result<ServerConn, ConnectError> {
+    let asked = super::version::for_server(&target.addr);
+    let mut first_word = true;
+    match attempt_as(target, scram_keys.clone(), tls, asked, &mut first_word).await {
+        Err(e) if super::version::refused_3_2(&target.addr, asked, first_word, &e) => {
+            let v3_0 = messages::PROTOCOL_3_0;
+            attempt_as(target, scram_keys, tls, v3_0, &mut first_word).await
+        }
+        r => r,
+    }
+}
+
+/// One login asking for protocol `asked`; `first_word` stays true until the server has
+/// said anything but an error.
+async fn attempt_as(
+    target: &ServerTarget,
+    scram_keys: Option<Credential>,
+    tls: Option<(&str, bool)>,
+    asked: u32,
+    first_word: &mut bool,
 ) -> Result<ServerConn, ConnectError> {
     let id = ServerConn::next_id();
     let names = (target.database.as_str(), &*target.hosts.name);
@@ -360,16 +392,18 @@ async fn attempt(
             .map(|(k, v)| (k.as_str(), v.as_str())),
     );
     stream
-        .write_all(&messages::startup_message(&params))
+        .write_all(&messages::startup_message(asked, &params))
         .await?;
 
     let mut buf = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();
     let mut login = Login::new(&target.user, target.secret.as_ref(), scram_keys, binding);
+    login.protocol = asked;
     loop {
         let msg = read_message(&mut stream, &mut buf, 1 << 20).await?;
         out.clear();
         let done = login.step(msg.tag, msg.body, &mut out)?;
+        *first_word = false;
         if !out.is_empty() {
             stream.write_all(&out).await?;
         }
@@ -380,10 +414,17 @@ async fn attempt(
     let Login {
         params: server_params,
         key,
+        protocol,
         ..
     } = login;
     let now = Instant::now();
-    let key = key.unwrap_or(BackendKey { pid: 0, secret: 0 });
+    let key = key.unwrap_or(BackendKey::short(0, 0));
+    tracing::debug!(
+        server = %target.addr,
+        "logged in with protocol 3.{}, a cancel key of {} bytes",
+        protocol & 0xffff,
+        key.secret_len()
+    );
     info.0.set_logged_in(key.pid);
     let mut conn = ServerConn {
         id,

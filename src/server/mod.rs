@@ -3,6 +3,7 @@
 pub mod hosts;
 mod login;
 pub mod passenger;
+mod version;
 pub mod welcome;
 
 use std::fmt;

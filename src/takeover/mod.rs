@@ -379,13 +379,10 @@ fn cancels_from_successor(app: &Arc<App>, conn: &UnixStream) {
             // The cancel request packet as a client sends it, length word included.
             Ok(Some(m)) if m.kind == CANCEL => {
                 let parsed = m.payload.get(4..).map(crate::protocol::startup::parse);
-                let Some(Ok(crate::protocol::startup::StartupPacket::Cancel { pid, secret })) =
-                    parsed
-                else {
+                let Some(Ok(crate::protocol::startup::StartupPacket::Cancel(key))) = parsed else {
                     tracing::warn!("online restart: a malformed cancel from the new process");
                     continue;
                 };
-                let key = BackendKey { pid, secret };
                 let app = app.clone();
                 crate::workers::spawn_background(async move {
                     crate::cancel::forward(&app, key).await;
@@ -509,7 +506,7 @@ pub fn take_over(app: &Arc<App>, p: Predecessor) {
             .name("weir-takeover-cancels".into())
             .spawn(move || {
                 for key in rx {
-                    let packet = crate::protocol::messages::cancel_request(key.pid, key.secret);
+                    let packet = crate::protocol::messages::cancel_request(&key);
                     if wire::send(&writer, CANCEL, &packet, &[]).is_err() {
                         return;
                     }

@@ -18,6 +18,7 @@ pub mod console;
 pub mod hosts;
 pub mod http;
 pub mod pg;
+pub mod pg18;
 pub mod proto;
 pub mod rng;
 pub mod session;

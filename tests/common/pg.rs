@@ -46,8 +46,8 @@ pub fn bindir() -> &'static Path {
     })
 }
 
-fn pg_version() -> String {
-    let out = Command::new(bindir().join("postgres"))
+fn pg_version(bin: &Path) -> String {
+    let out = Command::new(bin.join("postgres"))
         .arg("--version")
         .output()
         .expect("postgres --version");
@@ -96,13 +96,24 @@ fn chown_r(path: &Path) {
     }
 }
 
-/// The template cluster, created on first use.
-fn template() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
+/// The template cluster of the server in `bin`, created on first use (once per machine,
+/// found again once per test binary).
+fn template(bin: &Path) -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, dir)) = dirs.iter().find(|(b, _)| b == bin) {
+        return dir.clone();
+    }
+    let dir = make_template(bin);
+    dirs.push((bin.to_owned(), dir.clone()));
+    dir
+}
+
+fn make_template(bin: &Path) -> PathBuf {
+    {
         let uid = unsafe { libc::geteuid() };
         let base = std::env::temp_dir();
-        let dir = base.join(format!("weir-pg-template-{}-{uid}", pg_version()));
+        let dir = base.join(format!("weir-pg-template-{}-{uid}", pg_version(bin)));
         if dir.join("PG_VERSION").exists() {
             return dir;
         }
@@ -127,19 +138,16 @@ fn template() -> &'static Path {
             fs::set_permissions(&tmp, fs::Permissions::from_mode(0o700)).unwrap();
             chown_r(&tmp);
             let out = run_with_timeout(
-                pg_command(&bindir().join("initdb"))
-                    .arg("-D")
-                    .arg(&tmp)
-                    .args([
-                        "-U",
-                        "postgres",
-                        "--auth=trust",
-                        "-E",
-                        "UTF8",
-                        "--locale=C",
-                        "--no-sync",
-                        "--no-instructions",
-                    ]),
+                pg_command(&bin.join("initdb")).arg("-D").arg(&tmp).args([
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                    "--no-instructions",
+                ]),
                 None,
                 Duration::from_secs(300),
             );
@@ -154,7 +162,7 @@ fn template() -> &'static Path {
         }
         unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
         dir
-    })
+    }
 }
 
 /// A running PostgreSQL server owned by one test. Stopped and removed on drop.
@@ -162,12 +170,24 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// Where its `postgres` and `pg_isready` are.
+    bin: &'static Path,
 }
 
 impl PgServer {
     /// Starts a fresh server (trust authentication for everything).
     pub fn start() -> PgServer {
-        let tmpl = template();
+        Self::start_in(bindir())
+    }
+
+    /// Starts a fresh PostgreSQL 18 server (protocol 3.2), installed on first use by
+    /// `scripts/install-drivers pg18`; panics when it cannot be.
+    pub fn start_18() -> PgServer {
+        Self::start_in(super::pg18::bindir())
+    }
+
+    fn start_in(bin: &'static Path) -> PgServer {
+        let tmpl = template(bin);
         let dir = tempfile::Builder::new()
             .prefix("weir-pg-")
             .tempdir()
@@ -213,6 +233,7 @@ impl PgServer {
             dir,
             port: 0,
             child: None,
+            bin,
         };
         pg.start_on_new_port();
         pg
@@ -245,7 +266,7 @@ impl PgServer {
                 )
             };
         }
-        let child = pg_command(&bindir().join("postgres"))
+        let child = pg_command(&self.bin.join("postgres"))
             .arg("-D")
             .arg(self.data_dir())
             .arg("-p")
@@ -279,7 +300,7 @@ impl PgServer {
     }
 
     fn accepts(&self) -> bool {
-        let out = Command::new(bindir().join("pg_isready"))
+        let out = Command::new(self.bin.join("pg_isready"))
             .args([
                 "-q",
                 "-h",
@@ -567,7 +588,7 @@ impl PgServer {
         chown_r(dir.path());
         let data = dir.path().join("data");
         let out = run_with_timeout(
-            pg_command(&bindir().join("pg_basebackup"))
+            pg_command(&primary.bin.join("pg_basebackup"))
                 .arg("-h")
                 .arg(primary.socket_dir())
                 .arg("-p")
@@ -602,6 +623,7 @@ impl PgServer {
             dir,
             port: 0,
             child: None,
+            bin: primary.bin,
         };
         pg.start_on_new_port();
         let streaming = super::eventually(TIMEOUT, || {
@@ -619,7 +641,7 @@ impl PgServer {
     /// `pg_ctl promote` and wait until the server is out of recovery.
     pub fn promote(&self) {
         let out = run_with_timeout(
-            pg_command(&bindir().join("pg_ctl"))
+            pg_command(&self.bin.join("pg_ctl"))
                 .arg("promote")
                 .arg("-w")
                 .arg("-D")

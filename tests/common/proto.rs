@@ -100,6 +100,13 @@ pub fn cancel_request(pid: i32, key: i32) -> Vec<u8> {
     special(80877102, &extra)
 }
 
+/// A CancelRequest with a key of any length (protocol 3.2: 4 to 256 bytes).
+pub fn cancel_request_key(pid: i32, secret: &[u8]) -> Vec<u8> {
+    let mut extra = pid.to_be_bytes().to_vec();
+    extra.extend_from_slice(secret);
+    special(80877102, &extra)
+}
+
 /// A regular (typed) frontend message.
 pub fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![tag];
@@ -222,6 +229,8 @@ pub struct RawConn {
     pub params: HashMap<String, String>,
     /// BackendKeyData (pid, key), once received.
     pub key: Option<(i32, i32)>,
+    /// The whole secret of that key (4 bytes, or up to 256 in protocol 3.2).
+    pub secret: Vec<u8>,
 }
 
 impl RawConn {
@@ -240,6 +249,7 @@ impl RawConn {
             buf: Vec::new(),
             params: HashMap::new(),
             key: None,
+            secret: Vec::new(),
         }
     }
 
@@ -268,6 +278,15 @@ impl RawConn {
         c.send(&startup_message(&params));
         c.answer_login(password)?;
         Ok(c)
+    }
+
+    /// Logs in as postgres to database postgres asking for protocol 3.`minor` (trust).
+    pub fn startup_minor(port: u16, minor: u16) -> RawConn {
+        let mut c = RawConn::connect(port);
+        let params = [("user", "postgres"), ("database", "postgres")];
+        c.send(&startup_message_version(3, minor, &params));
+        c.finish_login();
+        c
     }
 
     /// Reads the server's side of a login after the startup message was sent, up to
@@ -303,6 +322,7 @@ impl RawConn {
                     let pid = i32::from_be_bytes(m.body[0..4].try_into().unwrap());
                     let key = i32::from_be_bytes(m.body[4..8].try_into().unwrap());
                     c.key = Some((pid, key));
+                    c.secret = m.body[4..].to_vec();
                 }
                 b'E' => return Err(parse_error(&m.body)),
                 b'Z' => return Ok(()),

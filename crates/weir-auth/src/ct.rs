@@ -3,7 +3,7 @@ use subtle::ConstantTimeEq;
 /// Equality that does not leak, through timing, how many leading bytes match.
 /// Lengths are not secret (hashes and proofs have fixed sizes), so a length
 /// mismatch returns early.
-pub(crate) fn eq(a: &[u8], b: &[u8]) -> bool {
+pub fn eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
 

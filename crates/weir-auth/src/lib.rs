@@ -7,7 +7,7 @@
 //! panicking.
 
 mod b64;
-mod ct;
+pub mod ct;
 mod error;
 mod md5;
 mod saslprep;
