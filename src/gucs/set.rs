@@ -32,6 +32,35 @@ pub(super) fn set_statement(name: &str, value: &str) -> Option<String> {
             quote_literal(value)
         ));
     }
+    // Worked out once per value and worker thread: scanning each element for keywords
+    // with PostgreSQL's scanner costs microseconds, at every hand-over between clients
+    // with their own search_path, and the same values come back.
+    let key = (name.to_owned(), value.to_owned());
+    if let Some(known) = LISTS.with(|l| l.borrow().get(&key).cloned()) {
+        return known;
+    }
+    let statement = list_statement(name, value);
+    LISTS.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.len() >= LISTS_KEPT {
+            l.clear();
+        }
+        l.insert(key, statement.clone());
+    });
+    statement
+}
+
+thread_local! {
+    static LISTS: std::cell::RefCell<std::collections::HashMap<(String, String), Option<String>>> =
+        std::cell::RefCell::default();
+}
+
+/// Values of lists kept per thread (then forgotten all at once): far more than the
+/// tenants a pool serves at a time, a few hundred kB at most.
+const LISTS_KEPT: usize = 2048;
+
+/// `set_statement` of a list of identifiers.
+fn list_statement(name: &str, value: &str) -> Option<String> {
     let elements = identifier_list(value)?;
     let flattened: Vec<String> = elements.iter().map(|e| quote_identifier(e)).collect();
     if flattened.join(", ") != value {
