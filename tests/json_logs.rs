@@ -86,6 +86,11 @@ async fn every_line_is_a_json_object() {
     assert!(connect_pw(weir.port(), "down", "postgres", "s3cret")
         .await
         .is_err());
+    // A name with a quote, a tab and a control character, as a peer may send it.
+    let odd = "no\"such\tdb\u{1}";
+    assert!(connect_pw(weir.port(), odd, "postgres", "s3cret")
+        .await
+        .is_err());
     weir.wait_for_log("server login failed");
     weir.wait_for_log(r#""msg":"closing because: client close request"#);
     weir.wait_for_log(r#""msg":"stats: "#);
@@ -139,6 +144,14 @@ async fn every_line_is_a_json_object() {
         .as_str()
         .unwrap()
         .starts_with("127.0.0.1:"));
+
+    let odd_lines: Vec<&Value> = all.iter().filter(|v| v["db"] == odd).collect();
+    assert!(
+        odd_lines
+            .iter()
+            .any(|v| msg(v).starts_with("pooler error: ")),
+        "{all:#?}"
+    );
 
     // An event's own fields are keys of their own.
     let failed = all
