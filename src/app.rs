@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 use weir_auth::Secret;
-use weir_config::{AuthFile, Config, Database, PoolMode};
+use weir_config::{AuthFile, Config, Database, LogFormat, PoolMode};
 
 use crate::pool::{Limit, Limits, Pool, PoolSettings};
 use crate::server::{ServerAddr, ServerTarget};
@@ -191,6 +191,7 @@ pub struct App {
 impl App {
     pub fn new(config_path: PathBuf, snapshot: Snapshot) -> Arc<App> {
         crate::conn_log::configure(&snapshot.config.general);
+        crate::logging::set_json(snapshot.config.general.log_format == LogFormat::Json);
         crate::login_notice::configure(&snapshot.config.general);
         Arc::new(App {
             config_path,
@@ -417,6 +418,7 @@ impl App {
             self.sync_reader(&pool);
         }
         crate::conn_log::configure(&snap.config.general);
+        crate::logging::set_json(snap.config.general.log_format == LogFormat::Json);
         crate::login_notice::configure(&snap.config.general);
         crate::server::hosts::retain(|name| snap.resolve_database(name).is_some());
         crate::split::retain(|name| snap.resolve_database(name).is_some());

@@ -40,14 +40,52 @@ struct Prefix<'a> {
     addr: &'a dyn fmt::Display,
 }
 
+impl Prefix<'_> {
+    /// `C-0x<id>` or `S-0x<id>`: the JSON lines' `conn`.
+    fn conn(&self) -> ConnId {
+        ConnId(self.kind, self.id)
+    }
+}
+
+struct ConnId(char, u64);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-0x{:012x}", self.0, self.1)
+    }
+}
+
 impl fmt::Display for Prefix<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}-0x{:012x}: {}/{}@{}",
-            self.kind, self.id, self.database, self.user, self.addr
+            "{}: {}/{}@{}",
+            self.conn(),
+            self.database,
+            self.user,
+            self.addr
         )
     }
+}
+
+/// A line about a connection. In text its prefix leads the message, as PgBouncer writes
+/// it; in JSON the prefix's parts are fields of their own (conn, db, user, addr), so that
+/// a collector needs no pattern to take the prefix apart.
+macro_rules! conn_line {
+    ($level:ident, $who:expr, $($msg:tt)+) => {{
+        let who: &Prefix<'_> = &$who;
+        if crate::logging::json() {
+            tracing::$level!(
+                conn = %who.conn(),
+                db = who.database,
+                user = who.user,
+                addr = %who.addr,
+                $($msg)+
+            )
+        } else {
+            tracing::$level!("{} {}", who, format_args!($($msg)+))
+        }
+    }};
 }
 
 fn client(c: &ClientInfo) -> Prefix<'_> {
@@ -99,8 +137,10 @@ pub fn console_login(id: u32, user: &str, peer: &Endpoint) {
 
 fn logged_in(who: Prefix<'_>, tls: &str) {
     if CONNECTIONS.load(Ordering::Relaxed) {
-        tracing::info!(
-            "{who} login attempt: db={} user={} tls={tls}",
+        conn_line!(
+            info,
+            who,
+            "login attempt: db={} user={} tls={tls}",
             who.database,
             who.user
         );
@@ -117,8 +157,10 @@ pub fn console_closing(id: u32, user: &str, peer: &Endpoint, connect_time: u64, 
 
 fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
     if DISCONNECTIONS.load(Ordering::Relaxed) {
-        tracing::info!(
-            "{who} closing because: {reason} (age={}s)",
+        conn_line!(
+            info,
+            who,
+            "closing because: {reason} (age={}s)",
             age_secs(connect_time)
         );
     }
@@ -128,21 +170,22 @@ fn closing(who: Prefix<'_>, connect_time: u64, reason: &str) {
 /// lock, a temporary table, ...): it keeps that server until it lets go. Logged once per
 /// pinning, so that an operator can find what turns transaction pooling into sessions.
 pub fn client_pinned(c: &ClientInfo, by: &str) {
-    tracing::info!("{} pinned to its server by: {by}", client(c));
+    conn_line!(info, client(c), "pinned to its server by: {by}");
 }
 
 /// A client prepared a name it still had: PgBouncer's line, at its level.
 pub fn statement_reused(c: &ClientInfo, name: &str) {
-    tracing::error!(
-        "{} prepared statement '{name}' was already prepared",
-        client(c)
+    conn_line!(
+        error,
+        client(c),
+        "prepared statement '{name}' was already prepared"
     );
 }
 
 /// An error Weir itself sends to a client (not one relayed from PostgreSQL).
 pub fn pooler_error(c: &ClientInfo, message: &str) {
     if POOLER_ERRORS.load(Ordering::Relaxed) {
-        tracing::warn!("{} pooler error: {message}", client(c));
+        conn_line!(warn, client(c), "pooler error: {message}");
     }
 }
 
@@ -157,7 +200,7 @@ pub fn refused(database: &str, user: &str, peer: &Endpoint, message: &str) {
         addr: peer,
     };
     if POOLER_ERRORS.load(Ordering::Relaxed) {
-        tracing::warn!("{who} pooler error: {message}");
+        conn_line!(warn, who, "pooler error: {message}");
     }
     closing(who, now_micros(), message);
 }
@@ -167,9 +210,9 @@ pub fn server_opened(s: &ServerInfo) {
     if CONNECTIONS.load(Ordering::Relaxed) {
         match s.local() {
             Some(local @ (Endpoint::V4(..) | Endpoint::V6(_))) => {
-                tracing::info!("{} new connection to server (from {local})", server(s))
+                conn_line!(info, server(s), "new connection to server (from {local})")
             }
-            _ => tracing::info!("{} new connection to server", server(s)),
+            _ => conn_line!(info, server(s), "new connection to server"),
         }
     }
 }
@@ -202,10 +245,14 @@ pub fn waiting<F: Future>(c: Arc<ClientInfo>, checkout: F) -> impl Future<Output
 /// the client's prefix).
 pub fn reserve_taken(database: &str, user: &str) {
     let named = WAITING.try_with(|c| {
-        tracing::warn!("{} taking connection from reserve_pool", client(c));
+        conn_line!(warn, client(c), "taking connection from reserve_pool");
     });
     if named.is_err() {
-        tracing::warn!("{database}/{user} taking connection from reserve_pool");
+        if crate::logging::json() {
+            tracing::warn!(db = database, user, "taking connection from reserve_pool");
+        } else {
+            tracing::warn!("{database}/{user} taking connection from reserve_pool");
+        }
     }
 }
 

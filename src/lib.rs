@@ -60,19 +60,21 @@ pub fn run() -> ExitCode {
         }
     };
     let g = &snap.config.general;
+    let json = g.log_format == weir_config::LogFormat::Json;
+    let fatal = |msg: &str| logging::before_init(json, "FATAL", msg);
     if args.daemon && g.logfile.is_none() && !g.syslog {
-        eprintln!("weir: in daemon mode logfile or syslog must be set");
+        fatal("in daemon mode logfile or syslog must be set");
         return ExitCode::FAILURE;
     }
     if args.daemon && g.pidfile.is_none() {
         // As PgBouncer: a daemon nobody can find is a daemon nobody can stop.
-        eprintln!("weir: daemon mode needs pidfile configured");
+        fatal("daemon mode needs pidfile configured");
         return ExitCode::FAILURE;
     }
     // An online restart replaces the running process: its pidfile is expected.
     if let Some(pidfile) = g.pidfile.as_ref().filter(|_| !args.reboot) {
         if let Err(e) = cli::check_pidfile(pidfile) {
-            eprintln!("weir: {e}");
+            fatal(&e.to_string());
             return ExitCode::FAILURE;
         }
     }
@@ -85,7 +87,7 @@ pub fn run() -> ExitCode {
     let inherited = match args.reboot.then(|| takeover::request(g, workers)) {
         Some(Ok(i)) => i,
         Some(Err(e)) => {
-            eprintln!("weir: {e}");
+            fatal(&e.to_string());
             return ExitCode::FAILURE;
         }
         None => None,
@@ -93,7 +95,7 @@ pub fn run() -> ExitCode {
     let activated = match listener::from_systemd(workers) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("weir: {e}");
+            fatal(&e.to_string());
             return ExitCode::FAILURE;
         }
     };
@@ -105,7 +107,7 @@ pub fn run() -> ExitCode {
         match listener::bind_all_std(g, workers) {
             Ok(l) => (l, None, None),
             Err(e) => {
-                eprintln!("weir: {e}");
+                fatal(&e.to_string());
                 return ExitCode::FAILURE;
             }
         }
@@ -115,7 +117,7 @@ pub fn run() -> ExitCode {
         _ => match metrics_http::bind(g) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("weir: {e}");
+                fatal(&e.to_string());
                 return ExitCode::FAILURE;
             }
         },
@@ -128,7 +130,7 @@ pub fn run() -> ExitCode {
     );
     if args.daemon {
         if let Err(e) = cli::daemonize() {
-            eprintln!("weir: cannot daemonize: {e}");
+            fatal(&format!("cannot daemonize: {e}"));
             return ExitCode::FAILURE;
         }
     }
@@ -139,10 +141,11 @@ pub fn run() -> ExitCode {
             .syslog
             .then(|| (g.syslog_ident.clone(), g.syslog_facility.clone())),
         verbosity: args.verbose as u32 + g.verbose,
+        json,
     }) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("weir: cannot open logfile: {e}");
+            fatal(&format!("cannot open logfile: {e}"));
             return ExitCode::FAILURE;
         }
     };

@@ -97,20 +97,19 @@ fn unknown_option_names_file_line_and_option() {
 
 #[test]
 fn invalid_value_is_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let ini = dir.path().join("bad.ini");
-    fs::write(
-        &ini,
-        "[databases]\ndb = host=127.0.0.1\n[pgbouncer]\nlisten_port = 1\npool_mode = sometimes\n",
-    )
-    .unwrap();
-    let out = run(&[ini.to_str().unwrap()]);
-    assert!(!out.status.success(), "weir accepted pool_mode = sometimes");
-    let t = text(&out);
-    assert!(
-        t.contains("pool_mode"),
-        "message does not name the option: {t}"
-    );
+    for (option, value) in [("pool_mode", "sometimes"), ("log_format", "yaml")] {
+        let dir = tempfile::tempdir().unwrap();
+        let ini = dir.path().join("bad.ini");
+        fs::write(
+            &ini,
+            format!("[databases]\ndb = host=127.0.0.1\n[pgbouncer]\nlisten_port = 1\n{option} = {value}\n"),
+        )
+        .unwrap();
+        let out = run(&[ini.to_str().unwrap()]);
+        assert!(!out.status.success(), "weir accepted {option} = {value}");
+        let t = text(&out);
+        assert!(t.contains(option), "message does not name the option: {t}");
+    }
 }
 
 /// Reads a process's real uid from /proc.
@@ -208,30 +207,42 @@ async fn daemon_mode_with_logfile_and_pidfile() {
     );
 }
 
-/// Like PgBouncer, `-d` without a pidfile is refused.
+/// Like PgBouncer, `-d` without a pidfile is refused. With log_format = json the refusal,
+/// written before logging starts, is a JSON line like every other.
 #[test]
 fn daemon_mode_without_pidfile_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let ini = Weir::builder()
-        .database("db", "host=127.0.0.1 dbname=postgres")
-        .write(dir.path(), port);
-    let out = run(&["-d", ini.to_str().unwrap()]);
-    if out.status.success() {
-        // It daemonized anyway: stop that daemon (we know it only by the
-        // unique config path on its command line) before failing.
-        kill_processes_with_arg(ini.to_str().unwrap());
+    for format in ["text", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let ini = Weir::builder()
+            .database("db", "host=127.0.0.1 dbname=postgres")
+            .set("log_format", format)
+            .write(dir.path(), port);
+        let out = run(&["-d", ini.to_str().unwrap()]);
+        if out.status.success() {
+            // It daemonized anyway: stop that daemon (we know it only by the
+            // unique config path on its command line) before failing.
+            kill_processes_with_arg(ini.to_str().unwrap());
+        }
+        assert!(
+            !out.status.success(),
+            "weir -d without pidfile exited 0 (and daemonized)"
+        );
+        let t = text(&out);
+        assert!(
+            t.contains("pidfile"),
+            "message does not mention pidfile: {t}"
+        );
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(t.trim_end())
+                .unwrap_or_else(|e| panic!("not one JSON line ({e}): {t}"));
+            assert_eq!(v["level"], "FATAL", "{t}");
+            assert_eq!(v["msg"], "daemon mode needs pidfile configured", "{t}");
+        } else {
+            assert!(t.starts_with("weir: "), "{t}");
+        }
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
     }
-    assert!(
-        !out.status.success(),
-        "weir -d without pidfile exited 0 (and daemonized)"
-    );
-    assert!(
-        text(&out).contains("pidfile"),
-        "message does not mention pidfile: {}",
-        text(&out)
-    );
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }
 
 /// Without `-q` Weir logs to stderr (as well as to the logfile); with `-q`

@@ -76,14 +76,6 @@ fn find<'a>(all: &'a [String], pid: i32, start: &str) -> Vec<Line<'a>> {
         .collect()
 }
 
-fn wait_for(weir: &Weir, text: &str) {
-    assert!(
-        eventually(TIMEOUT, || weir.logfile().contains(text)),
-        "no {text:?} in the log:\n{}",
-        weir.log_tail()
-    );
-}
-
 #[test]
 fn client_and_server_lines_like_pgbouncer() {
     let pg = PgServer::start();
@@ -92,7 +84,7 @@ fn client_and_server_lines_like_pgbouncer() {
     assert_eq!(c.query_one("select 1"), "1");
     c.send(&proto::terminate());
     drop(c);
-    wait_for(&weir, "closing because: client close request");
+    weir.wait_for_log("closing because: client close request");
 
     let all = lines(&weir);
     let pid = weir.pid();
@@ -137,14 +129,11 @@ fn no_colour_escapes_in_the_logfile() {
     let pg = PgServer::start();
     let down = free_port();
     let weir = Weir::for_pg(&pg)
-        .database(
-            "down",
-            &format!("host=127.0.0.1 port={down} dbname=postgres"),
-        )
+        .database_at("down", down)
         .set("query_wait_timeout", 1)
         .start();
     assert!(RawConn::startup(weir.port(), "postgres", "down", &[]).is_err());
-    wait_for(&weir, "server login failed");
+    weir.wait_for_log("server login failed");
     let log = weir.logfile();
     let line = log
         .lines()
@@ -164,7 +153,7 @@ fn pooler_errors_logged_and_switches_honoured() {
     let e = RawConn::startup(weir.port(), "postgres", "nosuchdb", &[])
         .err()
         .expect("an unknown database was accepted");
-    wait_for(&weir, "pooler error: ");
+    weir.wait_for_log("pooler error: ");
     let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
     assert_eq!(c.query_one("select 1"), "1");
     drop(c);
@@ -186,7 +175,7 @@ fn pooler_errors_logged_and_switches_honoured() {
 
     let quiet = Weir::for_pg(&pg).set("log_pooler_errors", 0).start();
     assert!(RawConn::startup(quiet.port(), "postgres", "nosuchdb", &[]).is_err());
-    wait_for(&quiet, "closing because: ");
+    quiet.wait_for_log("closing because: ");
     assert!(
         !quiet.logfile().contains("pooler error"),
         "{}",
@@ -207,7 +196,7 @@ fn server_lifetime_and_idle_closes_are_logged() {
         // In session mode the server comes back to the pool when the client leaves.
         drop(c);
         let close = format!("closing because: {reason} (age=");
-        wait_for(&weir, &close);
+        weir.wait_for_log(&close);
         let all = lines(&weir);
         let closes = find(&all, weir.pid(), &close);
         assert_eq!(closes.len(), 1, "{all:#?}");
@@ -287,7 +276,7 @@ fn session_error_logged_on_the_client_prefix() {
     assert_eq!(c.query_one("select 1"), "1");
     let e = c.expect_error();
     assert_eq!(e.message, "client_idle_timeout");
-    wait_for(&weir, "closing because: client_idle_timeout");
+    weir.wait_for_log("closing because: client_idle_timeout");
     let all = lines(&weir);
     let pid = weir.pid();
     let login = find(&all, pid, "login attempt: ");
@@ -312,7 +301,7 @@ fn server_login_failure_logged_without_sqlstate() {
         .set("query_wait_timeout", 2)
         .start();
     assert!(RawConn::startup(weir.port(), "postgres", "bad", &[]).is_err());
-    wait_for(&weir, "server login failed: ");
+    weir.wait_for_log("server login failed: ");
     let log = weir.logfile();
     let line = log
         .lines()
@@ -335,7 +324,7 @@ fn server_prefix_names_the_pooler_database() {
     let weir = Weir::for_pg(&pg).database("alias", &pg.connstr()).start();
     let mut c = RawConn::startup(weir.port(), "postgres", "alias", &[]).unwrap();
     assert_eq!(c.query_one("select current_database()"), "postgres");
-    wait_for(&weir, "new connection to server");
+    weir.wait_for_log("new connection to server");
     let all = lines(&weir);
     let opened = find(&all, weir.pid(), "new connection to server");
     assert_eq!(opened.len(), 1, "{all:#?}");
@@ -381,7 +370,7 @@ fn reused_statement_name_is_logged() {
     c.send(&proto::sync());
     let e = c.expect_error();
     assert_eq!(e.code, "42P05", "{e:?}");
-    wait_for(&weir, "was already prepared");
+    weir.wait_for_log("was already prepared");
     let all = lines(&weir);
     let pid = weir.pid();
     let reused = find(&all, pid, "prepared statement 'x' was already prepared");
@@ -403,7 +392,7 @@ fn auto_database_registration_is_logged() {
         let mut c = RawConn::startup(weir.port(), "postgres", "autodb", &[]).unwrap();
         assert_eq!(c.query_one("select current_database()"), "autodb");
     }
-    wait_for(&weir, "registered new auto-database: db=autodb");
+    weir.wait_for_log("registered new auto-database: db=autodb");
     let log = weir.logfile();
     assert_eq!(
         log.matches("registered new auto-database: db=autodb")

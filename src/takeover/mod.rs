@@ -424,19 +424,22 @@ pub struct Inherited {
 /// Ok(None) when there is no process to take over: as PgBouncer's -R, this one then
 /// starts as usual (and finds the ports free, or says they are not).
 pub fn request(g: &General, workers: usize) -> Result<Option<Inherited>, String> {
+    // Logging is not set up yet: it starts once this process knows it will serve.
+    let say = |msg: &str| {
+        let json = g.log_format == weir_config::LogFormat::Json;
+        crate::logging::before_init(json, "LOG", msg)
+    };
     let Some(path) = control_path(g) else {
-        eprintln!(
-            "weir: -R: no running process can be reached without unix_socket_dir; starting normally"
-        );
+        say("-R: no running process can be reached without unix_socket_dir; starting normally");
         return Ok(None);
     };
     let conn = match UnixStream::connect(&path) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!(
-                "weir: -R: no running process at {} ({e}); starting normally",
+            say(&format!(
+                "-R: no running process at {} ({e}); starting normally",
                 path.display()
-            );
+            ));
             return Ok(None);
         }
     };

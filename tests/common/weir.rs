@@ -53,6 +53,12 @@ impl WeirBuilder {
         self
     }
 
+    /// A `[databases]` entry `name` for PostgreSQL at 127.0.0.1:`port`, where nothing need
+    /// listen (server logins that fail).
+    pub fn database_at(self, name: &str, port: u16) -> Self {
+        self.database(name, &format!("host=127.0.0.1 port={port} dbname=postgres"))
+    }
+
     /// Listens on `port` instead of a free one (with so_reuseport, several Weirs share
     /// one).
     pub fn listen_on(mut self, port: u16) -> Self {
@@ -366,6 +372,16 @@ impl Weir {
 
     pub fn logfile(&self) -> String {
         fs::read_to_string(self.dir.path().join("weir.log")).unwrap_or_default()
+    }
+
+    /// Waits until the log file holds `text`; panics with the log's tail if it does not
+    /// within TIMEOUT.
+    pub fn wait_for_log(&self, text: &str) {
+        assert!(
+            super::eventually(TIMEOUT, || self.logfile().contains(text)),
+            "no {text:?} in the log:\n{}",
+            self.log_tail()
+        );
     }
 
     pub fn log_tail(&self) -> String {

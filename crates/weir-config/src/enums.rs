@@ -111,6 +111,12 @@ lookup_enum! {
     }
 }
 
+lookup_enum! {
+    /// Weir's `log_format`: `text` is PgBouncer's line layout, `json` one JSON object per
+    /// line for log collectors, with the connection prefix split into fields.
+    LogFormat { Text = "text", Json = "json" }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

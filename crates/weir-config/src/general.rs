@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::enums::{AuthType, PoolMode, SigtermShutdown, SslMode};
+use crate::enums::{AuthType, LogFormat, PoolMode, SigtermShutdown, SslMode};
 use crate::value::OptionValue;
 
 const fn secs(s: u64) -> Duration {
@@ -144,6 +144,10 @@ general_options! {
     listen_port: u16 = 6432;
     log_connections: bool = true;
     log_disconnections: bool = true;
+    /// Weir's own option: `text` (PgBouncer's layout) or `json` (one object per line, the
+    /// same lines with the connection's id, database, user and address as keys of their
+    /// own). A reload or the console's SET switches it for the next line.
+    log_format: LogFormat = LogFormat::Text;
     log_pooler_errors: bool = true;
     log_stats: bool = true;
     logfile: Option<PathBuf> = None;
@@ -335,6 +339,7 @@ mod tests {
         assert!(g.log_connections && g.log_disconnections && g.log_pooler_errors && g.log_stats);
         assert!(g.tcp_keepalive);
         assert!(!g.syslog);
+        assert_eq!(g.log_format, LogFormat::Text);
         assert_eq!(g.syslog_ident, "pgbouncer");
         assert_eq!(g.syslog_facility, "daemon");
         assert_eq!(g.job_name, "pgbouncer");

@@ -45,6 +45,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "listen_port",
     "log_connections",
     "log_disconnections",
+    // Weir's own (JSON lines), not a PgBouncer option.
+    "log_format",
     "log_pooler_errors",
     "log_stats",
     "logfile",

@@ -28,7 +28,7 @@ pub use auth_file::{
 };
 pub use database::{Database, DEFAULT_PORT};
 pub use enums::{
-    AuthType, LoadBalanceHosts, PoolMode, SigtermShutdown, SslMode, TargetSessionAttrs,
+    AuthType, LoadBalanceHosts, LogFormat, PoolMode, SigtermShutdown, SslMode, TargetSessionAttrs,
 };
 pub use error::ConfigError;
 pub use general::General;

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use weir_config::{
     load, load_auth_file, load_auth_file_with_notices, AuthType, ConfigError, Database, General,
-    LoadBalanceHosts, PoolMode, SigtermShutdown, SslMode,
+    LoadBalanceHosts, LogFormat, PoolMode, SigtermShutdown, SslMode,
 };
 
 /// A scratch directory holding config files.
@@ -71,6 +71,7 @@ fn every_documented_option_is_accepted_and_typed() {
     assert_eq!(g.listen_addr, vec!["127.0.0.1", "::1"]);
     assert_eq!(g.listen_port, 6543);
     assert!(!g.log_connections && !g.log_disconnections && !g.log_pooler_errors && !g.log_stats);
+    assert_eq!(g.log_format, LogFormat::Json);
     assert_eq!(g.logfile, Some(PathBuf::from("/var/log/pgbouncer.log")));
     assert_eq!(g.max_client_conn, 1000);
     assert_eq!(g.max_packet_size, 1_048_576);
@@ -220,6 +221,7 @@ fn bad_values_are_located() {
         ("[pgbouncer]\nserver_lifetime = -5\n", 2, "server_lifetime"),
         ("[pgbouncer]\nlisten_port = 70000\n", 2, "listen_port"),
         ("[pgbouncer]\nauth_type = password\n", 2, "auth_type"),
+        ("[pgbouncer]\nlog_format = yaml\n", 2, "log_format"),
         (
             "[pgbouncer]\nmax_client_conn = 100 ; comment\n",
             2,

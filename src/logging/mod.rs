@@ -1,10 +1,14 @@
-//! Log output in PgBouncer's shape (`2026-01-01 12:00:00.000 UTC [pid] LOG message`), to
-//! stderr, to `logfile` and to syslog as configured.
+//! Log output in PgBouncer's shape (`2026-01-01 12:00:00.000 UTC [pid] LOG message`), or
+//! as JSON objects (`log_format = json`, see `json`), to stderr, to `logfile` and to
+//! syslog as configured.
+
+mod json;
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -18,6 +22,33 @@ pub struct LogOptions {
     pub logfile: Option<PathBuf>,
     pub syslog: Option<(String, String)>,
     pub verbosity: u32,
+    pub json: bool,
+}
+
+/// `log_format = json`, read by the formatter on each line, so that a reload or the
+/// console's SET switches the format of the next line without rebuilding the subscriber.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Takes `log_format` from a configuration being installed.
+pub fn set_json(on: bool) {
+    JSON.store(on, Ordering::Relaxed);
+}
+
+/// Whether lines are JSON: conn_log then gives a connection's prefix as fields of the
+/// event instead of writing it into the message.
+pub fn json() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+/// A line written before logging is set up (a startup that fails, or what an online
+/// restart finds): `weir: msg` on stderr as before, or in JSON mode the same object as
+/// every other line, so that a collector reading stderr gets no line it cannot parse.
+pub fn before_init(json: bool, level: &str, msg: &str) {
+    if json {
+        eprint!("{}", json::bare(level, msg));
+    } else {
+        eprintln!("weir: {msg}");
+    }
 }
 
 #[derive(Clone)]
@@ -49,6 +80,7 @@ impl Sinks {
 }
 
 pub fn init(opts: LogOptions) -> io::Result<Sinks> {
+    set_json(opts.json);
     let file = match &opts.logfile {
         Some(p) => Some((p.clone(), open_log(p)?)),
         None => None,
@@ -132,10 +164,13 @@ where
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
+        if json() {
+            return json::format(&mut w, event, SystemTime::now());
+        }
         write!(
             w,
             "{} UTC [{}] {} ",
-            timestamp(SystemTime::now()),
+            timestamp(SystemTime::now(), ' '),
             std::process::id(),
             level_word(event.metadata().level())
         )?;
@@ -144,8 +179,9 @@ where
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC, without a date library (civil-from-days).
-fn timestamp(now: SystemTime) -> String {
+/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC, without a date library (civil-from-days); `sep`
+/// between date and time (RFC 3339 has a `T` there).
+fn timestamp(now: SystemTime, sep: char) -> String {
     let d = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -159,7 +195,7 @@ fn timestamp(now: SystemTime) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
+        "{year:04}-{month:02}-{day:02}{sep}{:02}:{:02}:{:02}.{:03}",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60,
@@ -202,13 +238,16 @@ impl Drop for LineWriter {
             let _ = f.write_all(&self.line);
         }
         if inner.syslog {
-            // syslog adds its own time and pid: send only what follows "] ".
+            // syslog adds its own time and pid: send only what follows "] ". A JSON line
+            // goes whole: whoever chose JSON parses the message, and syslog's header
+            // stays outside it.
             let text = String::from_utf8_lossy(&self.line);
-            let msg = text
-                .split_once("] ")
-                .map(|(_, m)| m)
-                .unwrap_or(&text)
-                .trim_end();
+            let msg = if text.starts_with('{') {
+                &text
+            } else {
+                text.split_once("] ").map(|(_, m)| m).unwrap_or(&text)
+            }
+            .trim_end();
             if let Ok(c) = CString::new(msg.replace('\0', "")) {
                 let prio = match self.level {
                     Level::ERROR => libc::LOG_ERR,
@@ -265,8 +304,9 @@ mod tests {
     #[test]
     fn timestamp_is_civil_utc() {
         let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        assert_eq!(timestamp(t), "2023-11-14 22:13:20.123");
-        assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01 00:00:00.000");
+        assert_eq!(timestamp(t, ' '), "2023-11-14 22:13:20.123");
+        assert_eq!(timestamp(UNIX_EPOCH, ' '), "1970-01-01 00:00:00.000");
+        assert_eq!(timestamp(t, 'T'), "2023-11-14T22:13:20.123");
     }
 
     #[test]
