@@ -566,13 +566,16 @@ fn a_bad_ca_file_on_disk_keeps_server_tls_in_force() {
     assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
 }
 
-/// SHOW CLIENTS tls and the login log line name a TLS client's session, as PgBouncer's do.
+/// SHOW CLIENTS tls and the login log line name a TLS client's session, as PgBouncer's do;
+/// /metrics counts TLS connections on both sides.
 #[test]
 fn show_clients_tls() {
     use std::io::{BufRead, BufReader, Write};
     let certs = Certs::new();
     let pg = tls_pg(&certs, "server");
+    let http = free_port();
     let weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("http_listen", format!("127.0.0.1:{http}"))
         .set("client_tls_sslmode", "prefer")
         .set("client_tls_cert_file", certs.p("server.crt"))
         .set("client_tls_key_file", certs.p("server.key"))
@@ -607,6 +610,19 @@ fn show_clients_tls() {
         "{}",
         weir.logfile()
     );
+    let metrics = common::http::http_get(http, "/metrics")
+        .expect("/metrics")
+        .body;
+    let tls_connections = |side: &str| -> f64 {
+        let prefix = format!("weir_tls_connections{{side=\"{side}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix}in\n{metrics}"))
+    };
+    // psql over TLS (the console client is plain); its server, over TLS too.
+    assert_eq!(tls_connections("client"), 1.0);
+    assert!(tls_connections("server") >= 1.0);
     drop(to);
     let _ = held.wait();
 }

@@ -50,6 +50,9 @@ pub struct Live {
     pub servers_active: u64,
     pub servers_idle: u64,
     pub servers_login: u64,
+    /// Connections over TLS, each side.
+    pub clients_tls: u64,
+    pub servers_tls: u64,
     /// Every open client connection, logged in or not, console sessions included.
     pub client_connections: u64,
     pub max_client_conn: u64,
@@ -123,6 +126,8 @@ pub fn read(app: &App, started: Instant, start_time_secs: f64) -> Live {
         servers_active: 0,
         servers_idle: 0,
         servers_login: 0,
+        clients_tls: crate::registry::client_tls::count() as u64,
+        servers_tls: 0,
         client_connections: app.clients.load(Ordering::Relaxed) as u64,
         max_client_conn: app.snapshot.load().config.general.max_client_conn as u64,
         uptime_secs: started.elapsed().as_secs_f64(),
@@ -144,6 +149,7 @@ pub fn read(app: &App, started: Instant, start_time_secs: f64) -> Live {
             ServerState::Idle => live.servers_idle += 1,
             ServerState::Login => live.servers_login += 1,
         }
+        live.servers_tls += u64::from(!s.tls().is_empty());
     }
     live
 }

@@ -2,7 +2,8 @@
 //! option, not a PgBouncer one):
 //!
 //! * `/metrics`: Prometheus/OpenMetrics text (pools, clients and servers by state,
-//!   traffic counters, latency histograms, errors by SQLSTATE class, reloads, process);
+//!   traffic counters, latency histograms, errors by SQLSTATE class, TLS connections,
+//!   reloads, process);
 //! * `/healthz`: 200 while the process runs;
 //! * `/readyz`: 200 when Weir takes clients and reaches its databases, else 503 and why;
 //! * `/`: a live dashboard (HTML, CSS and JS embedded in the binary, no external assets),

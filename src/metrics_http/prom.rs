@@ -206,6 +206,16 @@ impl Collector for LiveCollector {
                 (state("login"), g(live.servers_login)),
             ],
         )?;
+        family(
+            e,
+            "weir_tls_connections",
+            "Connections over TLS, by side: client (SHOW CLIENTS tls) or server (SHOW SERVERS tls).",
+            None,
+            vec![
+                (vec![("side", "client".into())], g(live.clients_tls)),
+                (vec![("side", "server".into())], g(live.servers_tls)),
+            ],
+        )?;
 
         // ---- pools, as SHOW POOLS ----
         family(

@@ -48,6 +48,15 @@ pub fn get(client: &Arc<ClientInfo>) -> String {
     }
 }
 
+/// Clients connected over TLS now (entries of clients gone since are not counted).
+pub fn count() -> usize {
+    table()
+        .entries
+        .values()
+        .filter(|(c, _)| c.strong_count() > 0)
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

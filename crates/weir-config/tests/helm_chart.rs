@@ -368,6 +368,7 @@ fn chart_lints() {
     for extra in [
         &[][..],
         &["--set", "autoscaling.enabled=true,antiAffinity=hard"],
+        &["--set", "grafanaDashboard.enabled=true"],
     ] {
         let out = Command::new(&helm)
             .args([
@@ -430,6 +431,48 @@ fn defaults_render_a_consistent_pooler() {
         one(&objects, "PodDisruptionBudget")["spec"]["maxUnavailable"],
         1
     );
+}
+
+/// grafanaDashboard.enabled: a ConfigMap that Grafana's dashboard sidecar picks up,
+/// holding deploy/grafana/weir.json as it is (the chart's copy must not drift from it).
+#[test]
+fn grafana_dashboard_ships_as_a_configmap() {
+    let Some(helm) = helm() else { return };
+    let labelled = |objects: &[Value]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| {
+                o["kind"] == "ConfigMap" && o["metadata"]["labels"]["grafana_dashboard"] == "1"
+            })
+            .cloned()
+            .collect()
+    };
+    assert!(labelled(&render(&helm, &[])).is_empty(), "off by default");
+
+    let objects = render(
+        &helm,
+        &[
+            "--set",
+            "grafanaDashboard.enabled=true,grafanaDashboard.namespace=monitoring",
+            "--set",
+            "grafanaDashboard.annotations.grafana_folder=Databases",
+        ],
+    );
+    let found = labelled(&objects);
+    assert_eq!(found.len(), 1, "{objects:#?}");
+    let cm = &found[0];
+    assert_eq!(cm["metadata"]["namespace"], "monitoring");
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "Databases");
+    let want = std::fs::read_to_string(repo_root().join("deploy/grafana/weir.json"))
+        .expect("deploy/grafana/weir.json");
+    assert!(
+        cm["data"]["weir.json"].as_str() == Some(want.as_str()),
+        "the ConfigMap's weir.json differs from deploy/grafana/weir.json: copy it to \
+         deploy/helm/weir/dashboards/weir.json"
+    );
+    // Beside it, the rest of the release is as without it.
+    let rest: Vec<Value> = objects.iter().filter(|o| *o != cm).cloned().collect();
+    check(&rest, &Expect::defaults());
 }
 
 /// Other ports, a longer drain, options from a values file (where YAML numbers reach the
