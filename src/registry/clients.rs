@@ -268,6 +268,12 @@ impl ClientInfo {
         self.signals.load(Ordering::Acquire) & HANDED != 0
     }
 
+    /// Takes a cancel raised during the current wait in a queue that was not seen yet
+    /// (the wait ended with its grant first).
+    pub fn take_cancel(&self) -> bool {
+        self.signals.fetch_and(!CANCEL, Ordering::AcqRel) & CANCEL != 0
+    }
+
     /// The client sent a cancel request.
     pub fn note_cancel(&self) {
         self.cancels.fetch_add(1, Ordering::AcqRel);
