@@ -522,7 +522,7 @@ async fn a_cancel_aboard_with_a_request_behind_it() {
         // Prepared now: a named statement's Bind cannot be run again by Weir.
         let st = c.prepare("select $1::text").await.unwrap();
         let x_task =
-            tokio::spawn(async move { q(&x, "select pg_sleep(1), 'x'").await.map(|_| ()) });
+            tokio::spawn(async move { q(&x, "select pg_sleep(2), 'x'").await.map(|_| ()) });
         assert!(eventually(TIMEOUT, || pools_at(port, "sv_active") == 1));
         let token = b.cancel_token();
         let b_task = tokio::spawn(async move {
