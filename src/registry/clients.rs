@@ -376,6 +376,11 @@ impl ClientInfo {
         self.startup.store(Some(params));
     }
 
+    /// Cancel requests reach no server for now; the client stays active (SHOW CLIENTS).
+    pub fn unlink(&self) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     pub fn set_prepared(&self, n: usize) {
         self.prepared.store(n as u32, Ordering::Relaxed);
     }
