@@ -58,6 +58,11 @@ pub async fn forward(app: &crate::app::App, key: BackendKey) {
     let Some(target) = client.link() else {
         if client.state() == ClientState::Waiting {
             client.raise(crate::registry::clients::CANCEL);
+        } else {
+            tracing::debug!(
+                pid = key.pid,
+                "cancel request for a client with no query running"
+            );
         }
         return;
     };

@@ -100,6 +100,29 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// What has arrived on a plain socket and is not read yet, left there (MSG_PEEK):
+    /// asked straight of the kernel, since the runtime's readiness record may be stale
+    /// on a socket another worker reads. None over TLS (the bytes are ciphertext) and
+    /// on a parked socket.
+    pub fn peek_arrived(&self, buf: &mut [u8]) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Parked(_) | Stream::Tls(_) => return None,
+        };
+        // SAFETY: `buf` is valid for `buf.len()` bytes, and the descriptor is ours.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        Some(usize::try_from(n).unwrap_or(0))
+    }
+
     /// Takes the socket out of the runtime (its readiness record is freed); returns its
     /// file descriptor, for the parking lot to watch.
     pub fn park(&mut self) -> io::Result<std::os::fd::RawFd> {

@@ -490,6 +490,94 @@ async fn a_cancel_aboard_holds_back_the_next_passenger() {
     assert_eq!(pipelined(&weir), 1, "C went behind B");
 }
 
+/// What a client's task gave, within the tests' time limit.
+async fn joined<T>(task: tokio::task::JoinHandle<T>, who: &str) -> T {
+    match tokio::time::timeout(TIMEOUT, task).await {
+        Ok(r) => r.unwrap_or_else(|e| panic!("{who} failed: {e}")),
+        Err(_) => panic!("{who} hung"),
+    }
+}
+
+/// A client whose request rides behind another's, with a third client's request behind
+/// its own, asks to cancel it. Once its request runs the cancel is sent when the request
+/// behind could be run again should the cancel hit it (it ends a moment too soon, say),
+/// and is not sent otherwise, the client being told. Either way the one behind gets its
+/// answer, and PostgreSQL cancels nothing of it. (Before, the cancel was dropped
+/// whenever anything rode behind, though the request it was for had only begun.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_aboard_with_a_request_behind_it() {
+    let pg = PgServer::start();
+    let weir = one_server_config(&pg)
+        .set("pipeline_slow_query", "10s")
+        .set("pipeline_depth", 3)
+        .start();
+    let port = weir.port();
+    for behind_prepared in [false, true] {
+        let x = connect(port, "postgres", "postgres").await.unwrap();
+        let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let b = connect_noting(port, "postgres", "postgres", notices.clone())
+            .await
+            .unwrap();
+        let c = connect(port, "postgres", "postgres").await.unwrap();
+        // Prepared now: a named statement's Bind cannot be run again by Weir.
+        let st = c.prepare("select $1::text").await.unwrap();
+        let x_task =
+            tokio::spawn(async move { q(&x, "select pg_sleep(2), 'x'").await.map(|_| ()) });
+        assert!(eventually(TIMEOUT, || pools_at(port, "sv_active") == 1));
+        let token = b.cancel_token();
+        let b_task = tokio::spawn(async move {
+            q(&b, "select pg_sleep(3), 'b'")
+                .await
+                .map(|_| ())
+                .map_err(|e| code(&e))
+        });
+        assert!(eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 1));
+        let c_task = tokio::spawn(async move {
+            match behind_prepared {
+                true => c
+                    .query(&st, &[&"c"])
+                    .await
+                    .map(|r| r[0].get::<_, String>(0)),
+                false => c.simple_query("select 'c'").await.map(|_| "c".to_string()),
+            }
+            .map_err(|e| code(&e))
+        });
+        assert!(
+            eventually(TIMEOUT, || pools_at(port, "cl_pipelined") == 2),
+            "C did not go behind B"
+        );
+        let cancels_before = pg.log().matches("canceling statement").count();
+        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        let (rb, rc) = (joined(b_task, "B").await, joined(c_task, "C").await);
+        assert!(joined(x_task, "X").await.is_ok(), "X's query was cancelled");
+        assert_eq!(
+            rc,
+            Ok("c".to_string()),
+            "behind_prepared: {behind_prepared}"
+        );
+        let told = notices.lock().unwrap().clone();
+        let log = pg.log();
+        let cancelled: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("canceling statement"))
+            .skip(cancels_before)
+            .collect();
+        if behind_prepared {
+            assert_eq!(rb, Ok(()), "B's query ran whole");
+            assert!(
+                told.iter()
+                    .any(|n| n.starts_with("cancel request not forwarded")),
+                "B was not told its cancel was not forwarded: {told:?}"
+            );
+            assert!(cancelled.is_empty(), "{cancelled:?}");
+        } else {
+            assert_eq!(rb, Err("57014".to_string()), "B's cancel was lost");
+            assert!(told.is_empty(), "{told:?}");
+            assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+        }
+    }
+}
+
 /// Nothing goes behind a request like one that ran longer than pipeline_slow_query
 /// lately (the same text but for its values): a client queued behind it waits for any
 /// server instead of being stuck behind a slow query. Quick runs of its like make it

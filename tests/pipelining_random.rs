@@ -12,6 +12,15 @@
 //! runs are reproducible as far as the interleaving allows); `WEIR_PIPE_SEED=<n>` runs
 //! another one.
 //!
+//! A Cancel step through Weir may run whole in one case, which Weir must tell the client
+//! of (a NoticeResponse) and log: the sleep began while Weir still had the client queued,
+//! its request pipelined behind another's, with a third client's request written behind
+//! it that Weir could not run again if the cancel reached PostgreSQL just after the sleep
+//! ended (client::pipeline::cancel_behind). Such refusals are counted, must match Weir's
+//! log, and must stay rare; the log of PostgreSQL shows whether any cancel hit another
+//! client's statement. `WEIR_PIPE_LOG=<dir>` runs Weir with -v and keeps its log and
+//! PostgreSQL's there.
+//!
 //! One difference is PostgreSQL's and is excused: a cancel request's second signal may
 //! land on the next statement the backend runs (see `late_signals`), which behind a
 //! pooler is another client's. The PostgreSQL log tells it from a cancel sent to the
@@ -742,9 +751,19 @@ struct Side {
     kept: Vec<Statement>,
     /// Opened at the first `Step::Raw`.
     raw: Option<RawSide>,
+    /// The notices the connection received (Weir's side only).
+    notices: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Side {
+    /// How many of the notices received since last asked say a cancel was not forwarded.
+    fn take_refusals(&self) -> usize {
+        let mut n = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        let refused = n.iter().filter(|m| m.starts_with(REFUSED)).count();
+        n.clear();
+        refused
+    }
+
     async fn step(&mut self, step: &Step, monitor: &Client) -> String {
         let fut = self.step_inner(step, monitor);
         match tokio::time::timeout(TIMEOUT, fut).await {
@@ -875,6 +894,11 @@ impl Side {
     }
 }
 
+/// The start of the warning Weir gives a client whose cancel it did not forward, since
+/// a request of another client's ran next behind its query and could not be run again
+/// had the cancel hit it (client::checkout, CANCEL_REFUSED).
+const REFUSED: &str = "cancel request not forwarded";
+
 /// Whether `sql` is running in database `db`, as PostgreSQL shows it.
 async fn running(monitor: &Client, db: &str, sql: &str) -> bool {
     let rows = monitor
@@ -901,6 +925,8 @@ struct Tally {
     abandoned: usize,
     /// Steps run again after a late signal cancelled them.
     retried: usize,
+    /// Cancels Weir did not forward, telling the client (REFUSED).
+    refused: usize,
 }
 
 impl Tally {
@@ -938,6 +964,7 @@ impl Tally {
         self.early_cancels += o.early_cancels;
         self.abandoned += o.abandoned;
         self.retried += o.retried;
+        self.refused += o.refused;
     }
 }
 
@@ -945,7 +972,7 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} steps: {} simple, {} extended, {} errors, {} transactions, {} cancels, {} early cancels, {} abandoned, {} run again after a late signal",
+            "{} steps: {} simple, {} extended, {} errors, {} transactions, {} cancels, {} early cancels, {} abandoned, {} run again after a late signal, {} cancels not forwarded",
             self.steps,
             self.simple,
             self.extended,
@@ -954,7 +981,8 @@ impl std::fmt::Display for Tally {
             self.cancels,
             self.early_cancels,
             self.abandoned,
-            self.retried
+            self.retried,
+            self.refused
         )
     }
 }
@@ -1059,14 +1087,16 @@ async fn run_client(
     monitor: Arc<Client>,
 ) -> Result<Tally, Box<Mismatch>> {
     let connect_side = |port: u16, db: &'static str| async move {
+        let notices = Arc::new(std::sync::Mutex::new(Vec::new()));
         Side {
-            client: connect(port, db, "postgres")
+            client: connect_noting(port, db, "postgres", notices.clone())
                 .await
                 .unwrap_or_else(|e| panic!("client {i} cannot connect to {db}: {e:?}")),
             port,
             db,
             kept: Vec::new(),
             raw: None,
+            notices,
         }
     };
     let mut w = connect_side(weir_port, "rand_weir").await;
@@ -1092,6 +1122,17 @@ async fn run_client(
                 _ => tokio::join!(w.step(&step, &monitor), d.step(&step, &monitor)),
             };
             tally.count(&step, &weir);
+            let refused = w.take_refusals();
+            tally.refused += refused;
+            // A cancel Weir did not forward, and told the client so (see REFUSED): the
+            // query ran whole, as on a direct connection when the cancel comes too late.
+            let refused_cancel = refused > 0
+                && matches!(step, Step::Cancel { .. })
+                && weir.starts_with("T[pg_sleep]")
+                && is_cancelled(&direct);
+            if refused_cancel {
+                weir = format!("{direct} (through Weir: ran whole, the cancel refused)");
+            }
             // A late signal (see `late_signals`) cancelled a step outside a transaction:
             // it left nothing behind, so it runs again on that side (the PostgreSQL log
             // must then show the late signal, checked at the end).
@@ -1105,8 +1146,9 @@ async fn run_client(
                     direct = d.step(&step, &monitor).await;
                 }
             }
-            let cancel_ok = !matches!(step, Step::Cancel { .. }) || is_cancelled(&weir);
-            if weir != direct || !cancel_ok {
+            let cancel_ok =
+                !matches!(step, Step::Cancel { .. }) || is_cancelled(&weir) || refused_cancel;
+            if (weir != direct && !refused_cancel) || !cancel_ok {
                 return Err(Box::new(Mismatch {
                     client: i,
                     seed,
@@ -1169,6 +1211,24 @@ fn admin(weir: &Weir) -> RawConn {
         .unwrap_or_else(|e| panic!("console login failed: {e:?}"))
 }
 
+/// Copies Weir's and PostgreSQL's logs to `dir` when dropped, whether the run passed
+/// or not (`WEIR_PIPE_LOG`).
+struct KeptLogs<'a> {
+    dir: String,
+    depth: u32,
+    weir: &'a Weir,
+    pg: &'a PgServer,
+}
+
+impl Drop for KeptLogs<'_> {
+    fn drop(&mut self) {
+        let (dir, depth) = (&self.dir, self.depth);
+        let _ = std::fs::write(format!("{dir}/weir-{depth}.log"), self.weir.logfile());
+        let _ = std::fs::write(format!("{dir}/weir-{depth}.err"), self.weir.stderr());
+        let _ = std::fs::write(format!("{dir}/pg-{depth}.log"), self.pg.log());
+    }
+}
+
 /// Runs all clients against a Weir whose `rand_weir` pool pipelines `depth` deep; the
 /// number of pipelined requests SHOW STATS counted.
 async fn run(depth: u32, per_database: bool) -> i64 {
@@ -1188,8 +1248,18 @@ async fn run(depth: u32, per_database: bool) -> i64 {
     } else {
         builder = builder.set("pipeline_depth", depth);
     }
+    let keep_log = std::env::var("WEIR_PIPE_LOG").ok();
+    if keep_log.is_some() {
+        builder = builder.arg("-v");
+    }
     let weir = builder.database("rand_weir", &connstr).start();
     weir.wait_ready();
+    let _kept = keep_log.map(|dir| KeptLogs {
+        dir,
+        depth,
+        weir: &weir,
+        pg: &pg,
+    });
 
     let monitor = Arc::new(connect(pg.port(), "postgres", "postgres").await.unwrap());
     let base = base_seed() ^ (u64::from(depth) << 32);
@@ -1225,6 +1295,25 @@ async fn run(depth: u32, per_database: bool) -> i64 {
     assert!(
         unexplained.is_empty(),
         "PostgreSQL cancelled statements no client asked to cancel: {unexplained:#?}"
+    );
+
+    // Each cancel not forwarded was Weir's decision, logged with its reason, and rare:
+    // only for a query that started while Weir still had its client queued, with a
+    // request behind it that could not run again (a regression refusing cancels
+    // wholesale would show here).
+    let logged = weir
+        .logfile()
+        .lines()
+        .filter(|l| l.contains(REFUSED))
+        .count();
+    assert!(
+        steps.refused <= logged && (steps.refused == logged || !hit.is_empty()),
+        "clients were told of {} cancels not forwarded, Weir logged {logged}",
+        steps.refused
+    );
+    assert!(
+        steps.refused * 2 <= steps.cancels + steps.early_cancels,
+        "too many cancels not forwarded: {steps}"
     );
 
     // Whatever ran must have left the same rows (but for clients stopped by a late signal).

@@ -9,12 +9,17 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use weir_auth::scram::Credential;
 
+use super::pipeline::{cancel_behind, CancelBehind};
 use super::{relay, route, Session, INTERNAL_QUERY_TIMEOUT};
 use crate::pool::{Lease, Pool, PoolMode};
 use crate::protocol::messages;
 use crate::protocol::PgError;
 use crate::registry::clients::{CancelTarget, CANCEL, STOP, WAIT_NOTIFY, WAIT_TIMEOUT};
 use crate::server::welcome::Welcome;
+
+/// What a client whose cancel could not be sent is told (see `CancelBehind::Refused`).
+pub(super) const CANCEL_REFUSED: &str =
+    "cancel request not forwarded: other clients' requests run next on the server, and the cancel could hit one of them";
 
 impl Session {
     /// Checks out a server, noticing meanwhile if the client goes away. `Err(None)` means it
@@ -117,31 +122,11 @@ impl Session {
                     self.delta.wait_time_us += started.elapsed().as_micros() as u64;
                     self.client.0.set_idle();
                     let lease = r.map_err(Some)?;
-                    // With other clients' requests pipelined behind this one's (which ran
-                    // as the server came: it is all there), a cancel sent now would most
-                    // likely interrupt theirs; it is dropped, as PostgreSQL drops one that
-                    // comes after the query.
-                    if cancel_late && lease.passengers.is_empty() {
-                        if lease.owed_internal > 0 && lease.sent_ahead == 0 {
-                            // Only the query that puts the server into the client's
-                            // state went: its answer is owed to nobody now.
-                            lease.close().await;
-                            return Err(Some(cancelled()));
-                        }
-                        if lease.sent_ahead == 0 {
-                            lease.release();
-                            return Err(Some(cancelled()));
-                        }
-                        tokio::spawn(crate::cancel::send(CancelTarget {
-                            addr: lease.addr.clone(),
-                            key: lease.key.clone(),
-                            server_id: lease.id,
-                        }));
-                        // Nothing goes behind a request being cancelled, not even once
-                        // the cancel connection is done (being_canceled): PostgreSQL's
-                        // second signal, or the cancel itself if it came late, would
-                        // hit the request behind.
-                        self.exchange.set(relay::PLAIN, false);
+                    // A cancel raised as the grant came: the wait may have ended on the
+                    // grant before the signal was looked at.
+                    cancel_late |= me.take_cancel();
+                    if cancel_late {
+                        return self.cancel_on_arrival(lease).await;
                     }
                     return Ok(lease);
                 }
@@ -151,6 +136,66 @@ impl Session {
                 },
             }
         }
+    }
+
+    /// The client sent a cancel while it waited, and now has a server: its request may
+    /// already run there (sent ahead or pipelined, pool::ahead), perhaps with other
+    /// clients' requests written behind it.
+    async fn cancel_on_arrival(&mut self, lease: Lease) -> Result<Lease, Option<PgError>> {
+        let cancelled = || PgError::error("57014", "canceling statement due to user request");
+        if lease.owed_internal > 0 && lease.sent_ahead == 0 {
+            // Only the query that puts the server into the client's state went: its
+            // answer is owed to nobody now.
+            lease.close().await;
+            return Err(Some(cancelled()));
+        }
+        if lease.sent_ahead == 0 {
+            lease.release();
+            return Err(Some(cancelled()));
+        }
+        let verdict = match lease.passengers.is_empty() {
+            true => CancelBehind::Send,
+            false => cancel_behind(&lease),
+        };
+        let pid = self.client.0.key.pid;
+        match verdict {
+            CancelBehind::Send => {
+                tracing::debug!(
+                    pid,
+                    aboard = lease.passengers.len(),
+                    "cancel request sent as the server came"
+                );
+                tokio::spawn(crate::cancel::send(CancelTarget {
+                    addr: lease.addr.clone(),
+                    key: lease.key.clone(),
+                    server_id: lease.id,
+                }));
+                // Nothing goes behind a request being cancelled, not even once the
+                // cancel connection is done (being_canceled): PostgreSQL's second
+                // signal, or the cancel itself if it came late, would hit the request
+                // behind.
+                self.exchange.set(relay::PLAIN, false);
+            }
+            CancelBehind::Ended => {
+                tracing::debug!(
+                    pid,
+                    "cancel request after the query ended: nothing to cancel"
+                );
+            }
+            CancelBehind::Refused => {
+                tracing::info!(
+                    pid,
+                    aboard = lease.passengers.len(),
+                    "cancel request not forwarded: other clients' requests are queued behind the query on its server"
+                );
+                let notice =
+                    messages::notice_response(&PgError::new("WARNING", "01000", CANCEL_REFUSED));
+                // A client gone meanwhile is seen by the relay, which leaves the server
+                // to the requests behind.
+                let _ = self.stream.write_all(&notice).await;
+            }
+        }
+        Ok(lease)
     }
 
     /// Sends the client the parameters and key that end its login. The parameters come

@@ -462,6 +462,10 @@ impl Session {
             if !matches!(event, Event::Idle) || (self.touched == 0 && !self.pinned()) {
                 break event;
             }
+            // Only Weir's own queries run on the server now (the client has its answer):
+            // a cancel the client sends meanwhile, for a request not on the server yet,
+            // must not cut them, as it would reach nothing on a direct connection.
+            self.client.0.unlink();
             if self.touched != 0 {
                 if let Err(e) = Box::pin(self.read_back(&mut held)).await {
                     return Some(Box::pin(self.close_and_refuse(held, e, true)).await);
@@ -480,6 +484,7 @@ impl Session {
                 Box::pin(self.finish_server(held)).await;
                 return Some("client unexpected eof".into());
             }
+            self.link(&held);
         };
         self.note_write();
         if let Some(x) = self.extras.as_mut() {
@@ -715,13 +720,18 @@ impl Session {
 
     /// Marks the pair linked, for cancel requests and the admin console.
     fn lend(&mut self, held: &Lease) {
+        self.link(held);
+        held.info.0.set_active(self.client.0.key.pid);
+        self.delta.server_assignments += 1;
+    }
+
+    /// Points the client's cancel requests at `held`.
+    fn link(&self, held: &Lease) {
         self.client.0.set_active(CancelTarget {
             addr: held.addr.clone(),
             key: held.key.clone(),
             server_id: held.id,
         });
-        held.info.0.set_active(self.client.0.key.pid);
-        self.delta.server_assignments += 1;
     }
 
     /// Adds what this client did since the last flush to its pool's counters.

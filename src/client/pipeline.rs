@@ -13,6 +13,60 @@ use crate::pool::Lease;
 use crate::protocol::framer::Frame;
 use crate::sql::pipeline::{fold, plain_with, PRINT_SEED};
 
+/// What becomes of a cancel that came while the client was queued, its request already
+/// running on the server it now has, with other clients' requests written behind it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum CancelBehind {
+    /// Sent: should the request end before PostgreSQL acts on it and the cancel hit the
+    /// one behind, that one's client runs it again, seeing nothing (stray_cancel).
+    Send,
+    /// The request's answer has ended: there is nothing of the client's to cancel, as
+    /// when a cancel comes after the query on a direct connection.
+    Ended,
+    /// A request behind could not be run again if the cancel hit it: not sent, since
+    /// another client's request cancelled is worse than a cancel that came too late.
+    Refused,
+}
+
+/// Looks at what the server has sent of the answer to the request it was handed over
+/// with (the holder's carry, then what the socket holds unread) and at the requests
+/// behind it, to decide a cancel that came while the request rode (`CancelBehind`).
+pub(super) fn cancel_behind(held: &Lease) -> CancelBehind {
+    const PEEK: usize = 64 * 1024;
+    let mut seen = held.carry.to_vec();
+    let mut more = vec![0; PEEK];
+    let n = held.stream.peek_arrived(&mut more).unwrap_or(0);
+    seen.extend_from_slice(&more[..n]);
+    // Weir's own query in front of the request ends in a ReadyForQuery of its own
+    // (BEGIN's, in a block, is not counted: its status is T); a plain request never
+    // leaves a block open.
+    if ready_for_query_out_of_block(&seen) > usize::from(held.owed_internal) {
+        return CancelBehind::Ended;
+    }
+    if held.passengers.iter().all(|p| p.runs_again) {
+        CancelBehind::Send
+    } else {
+        CancelBehind::Refused
+    }
+}
+
+/// ReadyForQuery messages in `bytes` (whole messages from the first byte on, perhaps cut
+/// at the end) whose status is not "in a block".
+fn ready_for_query_out_of_block(mut bytes: &[u8]) -> usize {
+    let mut n = 0;
+    while let (Some(&tag), Some(len)) = (bytes.first(), bytes.get(1..5)) {
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if tag == b'Z' && bytes.get(5).is_some_and(|&s| s != b'T') {
+            n += 1;
+        }
+        match bytes.get(1 + len..) {
+            Some(rest) if len >= 4 => bytes = rest,
+            _ => break,
+        }
+    }
+    n
+}
+
 impl Session {
     /// Follows, message by message, whether the request being framed is one plain
     /// implicit transaction (sql::pipeline), and its fingerprint. Called before a message
@@ -191,5 +245,30 @@ impl Session {
         let carry = std::mem::take(&mut held.carry);
         crate::bufpool::ensure(&mut self.outbuf);
         self.outbuf.extend_from_slice(&carry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ready_for_query_out_of_block;
+    use crate::protocol::messages::put_message;
+    use bytes::BytesMut;
+
+    #[test]
+    fn counts_ready_for_query_outside_blocks() {
+        let mut b = BytesMut::new();
+        put_message(&mut b, b'Z', |m| m.extend_from_slice(b"T"));
+        put_message(&mut b, b'C', |m| m.extend_from_slice(b"SELECT 1\0"));
+        put_message(&mut b, b'Z', |m| m.extend_from_slice(b"I"));
+        assert_eq!(ready_for_query_out_of_block(&b), 1);
+        put_message(&mut b, b'Z', |m| m.extend_from_slice(b"E"));
+        assert_eq!(ready_for_query_out_of_block(&b), 2);
+        // Cut inside its status byte: not counted.
+        let cut = &b[..b.len() - 1];
+        assert_eq!(ready_for_query_out_of_block(cut), 1);
+        // A cut row whose bytes look like a ReadyForQuery is skipped whole.
+        let mut r = BytesMut::new();
+        put_message(&mut r, b'D', |m| m.extend_from_slice(b"Z\0\0\0\x05I"));
+        assert_eq!(ready_for_query_out_of_block(&r[..8]), 0);
     }
 }

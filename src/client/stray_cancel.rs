@@ -16,10 +16,8 @@ use bytes::Bytes;
 use super::relay::{ANSWERED, CARRYING, PLAIN};
 use super::Session;
 use crate::protocol::framer::Frame;
+use crate::server::passenger::runs_again;
 
-/// The largest request kept for a run again: a copy for every pipelined request is
-/// cheap only while it is small.
-const MAX_KEPT: usize = 1024;
 /// Runs again at most: PostgreSQL may signal a backend twice for one cancel request.
 const RUNS_AGAIN: u8 = 2;
 
@@ -35,45 +33,13 @@ pub(super) struct Replay {
     swallowing: bool,
 }
 
-/// An extended-protocol batch that names no statement: the bytes the client sent are
-/// those the server got (pool::ahead sends named ones rewritten to Weir's names, which
-/// would be rewritten again if framed a second time).
-fn unnamed_batch(mut bytes: &[u8]) -> bool {
-    while let Some(&tag) = bytes.first() {
-        let Some(len) = bytes.get(1..5) else {
-            return false;
-        };
-        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let Some(body) = bytes.get(5..1 + len) else {
-            return false;
-        };
-        let mut names = body.split(|&b| b == 0);
-        let unnamed = match tag {
-            b'P' => names.next() == Some(b"".as_slice()),
-            b'B' => names.nth(1) == Some(b"".as_slice()),
-            b'D' => body.first() == Some(&b'P') || body.get(..2) == Some(b"S\0".as_slice()),
-            b'E' | b'S' | b'H' => true,
-            _ => false,
-        };
-        if !unnamed {
-            return false;
-        }
-        bytes = &bytes[1 + len..];
-    }
-    true
-}
-
 impl Session {
     /// The client's request (its first `sent` bytes, about to be dropped) went to the
     /// server before the client had it: kept if a stray cancel could be undone for it.
     pub(super) fn keep_for_replay(&mut self, sent: usize) {
         let whole = self.cframe.scanned() == sent && self.exchange.pending == 1;
         let request = &self.inbuf[..sent];
-        if !whole
-            || !self.exchange.has(PLAIN)
-            || request.len() > MAX_KEPT
-            || !(request.first() == Some(&b'Q') || unnamed_batch(request))
-        {
+        if !whole || !self.exchange.has(PLAIN) || !runs_again(request) {
             return;
         }
         let replay = Replay {
@@ -137,39 +103,5 @@ impl Session {
         }
         super::prepare::splice(&mut self.inbuf, 0..0, &bytes);
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unnamed_batch;
-    use crate::protocol::messages::put_message;
-    use bytes::BytesMut;
-
-    fn batch(parts: &[(u8, &[u8])]) -> BytesMut {
-        let mut out = BytesMut::new();
-        for (tag, body) in parts {
-            put_message(&mut out, *tag, |b| b.extend_from_slice(body));
-        }
-        out
-    }
-
-    #[test]
-    fn only_batches_without_names_run_again() {
-        let unnamed = batch(&[
-            (b'P', b"\0select 1\0\0\0"),
-            (b'B', b"\0\0\0\0\0\0\0\0"),
-            (b'D', b"P\0"),
-            (b'E', b"\0\0\0\0\0"),
-            (b'S', b""),
-        ]);
-        assert!(unnamed_batch(&unnamed));
-        let named_bind = batch(&[(b'B', b"\0s1\0\0\0\0\0\0\0"), (b'S', b"")]);
-        assert!(!unnamed_batch(&named_bind));
-        let named_parse = batch(&[(b'P', b"s1\0select 1\0\0\0"), (b'S', b"")]);
-        assert!(!unnamed_batch(&named_parse));
-        let describe_named = batch(&[(b'D', b"Ss1\0"), (b'S', b"")]);
-        assert!(!unnamed_batch(&describe_named));
-        assert!(!unnamed_batch(&unnamed[..unnamed.len() - 1]));
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Pool;
-use crate::server::passenger::Passenger;
+use crate::server::passenger::{runs_again, Passenger};
 use crate::server::ServerConn;
 
 /// A waiting client asked to cancel its request, which has gone to a busy server already:
@@ -104,12 +104,14 @@ impl Pool {
                     break;
                 };
                 let whole = w.ahead.as_ref().is_some_and(|a| a.bytes.len() == b.sent);
+                let again = whole && w.ahead.as_ref().is_some_and(|a| runs_again(&a.bytes));
                 if b.owed_internal > 0 {
                     self.stats.count_state_applied(false);
                 }
                 let mut p = Passenger::new(w.tx, b.sent, whole, self.aboard.clone());
                 p.owed_internal = b.owed_internal;
                 p.prefix_rest = b.prefix_rest;
+                p.runs_again = again;
                 conn.passengers.push_back(p);
                 boarded += 1;
                 if !whole {

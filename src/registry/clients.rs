@@ -268,6 +268,12 @@ impl ClientInfo {
         self.signals.load(Ordering::Acquire) & HANDED != 0
     }
 
+    /// Takes a cancel raised during the current wait in a queue that was not seen yet
+    /// (the wait ended with its grant first).
+    pub fn take_cancel(&self) -> bool {
+        self.signals.fetch_and(!CANCEL, Ordering::AcqRel) & CANCEL != 0
+    }
+
     /// The client sent a cancel request.
     pub fn note_cancel(&self) {
         self.cancels.fetch_add(1, Ordering::AcqRel);
@@ -368,6 +374,11 @@ impl ClientInfo {
 
     pub fn set_startup(&self, params: Arc<crate::params::ParamSet>) {
         self.startup.store(Some(params));
+    }
+
+    /// Cancel requests reach no server for now; the client stays active (SHOW CLIENTS).
+    pub fn unlink(&self) {
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     pub fn set_prepared(&self, n: usize) {

@@ -321,6 +321,35 @@ pub async fn connect(
     connect_with(&pg_config(port, db, user)).await
 }
 
+/// Connects as `connect` does, keeping the notices the server sends in `notices` (a
+/// notice, unlike an error, comes to no caller).
+pub async fn connect_noting(
+    port: u16,
+    db: &str,
+    user: &str,
+    notices: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let config = pg_config(port, db, user);
+    let fut = config.connect(tokio_postgres::NoTls);
+    let (client, mut conn) = match tokio::time::timeout(TIMEOUT, fut).await {
+        Ok(r) => r?,
+        Err(_) => panic!("connect to port {port} did not finish within {TIMEOUT:?}"),
+    };
+    tokio::spawn(async move {
+        while let Some(m) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notice(n)) => notices
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(n.message().to_string()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    Ok(client)
+}
+
 /// Connects with a password.
 pub async fn connect_pw(
     port: u16,
