@@ -65,9 +65,6 @@ const LOST: u8 = 4;
 /// SETs, see on_the_way): it is removed from what the server sends. A tie of a kind: the
 /// server cannot go while it is owed.
 const OWED: u8 = 8;
-/// The request framed since the server was lent may set a reported parameter
-/// (sql::effects::REPORTED): its state goes apart (see on_the_way).
-const REPORTS: u8 = 16;
 
 /// What a client whose transaction died with its server is told, instead of losing its
 /// connection: in transaction mode its next transaction can run on another server (after

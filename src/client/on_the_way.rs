@@ -5,7 +5,7 @@
 //! Likewise the read-back after a request of SETs (client::state) is written behind it,
 //! and its rows taken from what the server sends after the request's answer.
 
-use super::relay::{MAX_MESSAGE, TRAILING, UNSYNCED};
+use super::relay::{MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
 use super::{prepare, Session, INTERNAL_QUERY_TIMEOUT, OWED};
 use crate::pool::{Lease, PoolMode};
 use crate::protocol::framer::Frame;
@@ -68,18 +68,12 @@ impl Session {
             .map_err(|e| e.to_client_error())
     }
 
-    /// Whether the request may follow Weir's statements in one write. Should one of them
-    /// fail, PostgreSQL skips every message up to the next Sync (gucs::on_the_way), the
-    /// request's own included, whatever it says (a COMMIT too): that protects the request
-    /// if it is one batch, ended by its Query or Sync, and nothing after it is written
-    /// before their answer is in (the relay frames nothing more meanwhile). It must be
-    /// whole as well: PostgreSQL sends nothing of that answer before the request's end,
-    /// and what of the request is not framed now would wait for it. And it must change no
-    /// setting (sql::effects, REPORTS included): PostgreSQL reports a change of a reported parameter
-    /// (DateStyle, application_name, ...) at the next ReadyForQuery, the request's, and
-    /// only if it differs from the value it last reported, the last client's; a request
-    /// that set it back to that would leave the change unreported, to the client and to
-    /// Weir.
+    /// Whether the request may follow Weir's query in one write. Should the query fail,
+    /// PostgreSQL refuses what follows in its aborted block; that protects the request
+    /// only if it does not begin by ending the block (COMMIT, ROLLBACK) and nothing after
+    /// it is written before the query's answer is in (the relay frames nothing more
+    /// meanwhile). A plain request (sql::pipeline) is one whole implicit transaction of
+    /// a statement that reads or writes rows, and nothing is framed after it.
     fn may_go_on_the_way(&mut self, held: &mut Lease) -> bool {
         if self.mode == PoolMode::Session {
             return false;
@@ -88,13 +82,7 @@ impl Session {
         if self.scan_client(Some(&mut held.statements)).is_err() {
             return false;
         }
-        let x = &self.exchange;
-        self.touched == 0
-            && self.ties & super::REPORTS == 0
-            && x.pending == 1
-            && !x.has(UNSYNCED)
-            && self.cframe.at_boundary()
-            && self.cframe.scanned() > 0
+        self.exchange.has(PLAIN) && self.cframe.scanned() > 0
     }
 
     /// Puts whole messages of Weir's in front of what the client sent, to be written
@@ -186,13 +174,7 @@ impl Session {
         };
         let body = frame.body.clone().unwrap_or_default();
         let body = self.outbuf.get(body).unwrap_or_default();
-        // While TRAILING the read-back is behind the request, whose answer is still to
-        // come: what is owed now is the state written in front of it.
-        let read_back = match self.exchange.has(TRAILING) {
-            true => None,
-            false => self.extras.as_mut().and_then(|x| x.read_back.take()),
-        };
-        if let Some(mut rb) = read_back {
+        if let Some(mut rb) = self.extras.as_mut().and_then(|x| x.read_back.take()) {
             match frame.tag {
                 b'D' => match crate::server::data_row(body) {
                     Some(row) => rb.rows.push(row),
@@ -221,20 +203,24 @@ impl Session {
             return Ok(true);
         }
         let outcome = match frame.tag {
-            b'C' if body.strip_suffix(b"\0") == Some(crate::gucs::ON_THE_WAY_END.as_bytes()) => {
+            // BEGIN's answer: the rest's is still to come.
+            b'Z' if body.first() == Some(&b'T') => Ok(()),
+            b'Z' => {
                 self.ties &= !OWED;
-                Ok(())
+                // Without an error before it, the block was committed.
+                match body.first() {
+                    Some(b'I') => Ok(()),
+                    _ => Err(PgError::fatal(
+                        "08P01",
+                        "session state query left a transaction open",
+                    )),
+                }
             }
             b'E' => {
                 let mut e = PgError::parse(body);
                 e.severity = "FATAL".into();
                 Err(e)
             }
-            // Nothing of Weir's asks for one: the server ended the batch on its own.
-            b'Z' => Err(PgError::fatal(
-                "08P01",
-                "session state statements ended before their COMMIT",
-            )),
             // The values asked for, which the server was taken to hold when the query was
             // written. Not applied now: a request that boarded behind the client's since
             // has had its own taken in the same way, which these would overwrite.

@@ -389,10 +389,6 @@ impl Session {
                 return Ok(());
             }
             if pooled {
-                if self.exchange.pending == 0 && !self.exchange.has(UNSYNCED) {
-                    // A request begins: what it may set is its own.
-                    self.set_tie(super::REPORTS, false);
-                }
                 let flags = match frame.tag {
                     b'Q' | b'P' | b'B' => self.note_effects(&frame),
                     _ => 0,
@@ -532,11 +528,6 @@ impl Session {
                         if let Some(value) = server.params.get(name) {
                             if self.wanted.get(name) != Some(value) {
                                 Arc::make_mut(&mut self.wanted).set(name, value);
-                            } else {
-                                // What the client knows: the report of Weir's own SET
-                                // (on_the_way; PostgreSQL reports at ReadyForQuery), which
-                                // a direct connection would not have sent.
-                                self.remove_server_message(&frame);
                             }
                         }
                         if self.exchange.has(CARRYING) {

@@ -89,15 +89,10 @@ impl Session {
 
     /// Records effects found in a message or in a prepared statement it runs.
     pub(super) fn add_effects(&mut self, e: effects::Effects) {
-        if e.flags & effects::REPORTED != 0 {
-            // Nothing to read back: only whether the state may go on the way.
-            self.set_tie(super::REPORTS, true);
-        }
-        let flags = e.flags & !effects::REPORTED;
-        if flags == 0 {
+        if e.flags == 0 {
             return;
         }
-        self.touched |= flags;
+        self.touched |= e.flags;
         if !e.names.is_empty() {
             let names = &mut self.extras.get_or_insert_with(Box::default).touched_names;
             for n in e.names {

@@ -321,8 +321,7 @@ pub fn read_back(names: &[&str], exact: bool, pins: bool) -> String {
 /// agree. A role is given up first and taken last, so that the settings in between are
 /// made with the privileges the client had when it made them.
 pub fn apply(have: &Gucs, want: &Gucs) -> String {
-    let (resets, pairs) = apply_parts(have, want);
-    let mut sql = resets.concat();
+    let (mut sql, pairs) = apply_parts(have, want);
     if !pairs.is_empty() {
         let calls: Vec<String> = pairs.iter().map(|(n, v)| set_config(n, v)).collect();
         sql.push_str(&format!("SELECT {};", calls.join(", ")));
@@ -332,19 +331,19 @@ pub fn apply(have: &Gucs, want: &Gucs) -> String {
 
 /// `apply` in two parts: the RESETs that come first, and the settings to make after them,
 /// the role's last.
-fn apply_parts<'a>(have: &'a Gucs, want: &'a Gucs) -> (Vec<String>, Vec<(&'a str, &'a str)>) {
-    let mut resets = Vec::new();
+fn apply_parts<'a>(have: &'a Gucs, want: &'a Gucs) -> (String, Vec<(&'a str, &'a str)>) {
+    let mut sql = String::new();
     let mut pairs = Vec::new();
     if have == want {
-        return (resets, pairs);
+        return (sql, pairs);
     }
     let role_first = have.get("role").is_some();
     if role_first {
-        resets.push("RESET role;".to_owned());
+        sql.push_str("RESET role;");
     }
     for name in have.names() {
         if name != "role" && want.get(name).is_none() {
-            resets.push(format!("RESET {};", quote_ident(name)));
+            sql.push_str(&format!("RESET {};", quote_ident(name)));
         }
     }
     for (name, value) in &want.0 {
@@ -353,7 +352,7 @@ fn apply_parts<'a>(have: &'a Gucs, want: &'a Gucs) -> (Vec<String>, Vec<(&'a str
             pairs.push((name.as_str(), value.as_str()));
         }
     }
-    (resets, pairs)
+    (sql, pairs)
 }
 
 fn set_config(name: &str, value: &str) -> String {
@@ -407,17 +406,14 @@ pub enum Way {
     Apart,
 }
 
-/// The messages to write in front of a client's request, in the same write, that put the
+/// The Queries to write in front of a client's request, in the same write, that put the
 /// server into the client's state (as `state_sql`, whose arguments it takes): the request
-/// does not wait a round trip for them. Each statement goes as Parse, Bind and Execute
-/// with no Sync, from `BEGIN` to `COMMIT`: should any of them fail, even to parse,
-/// PostgreSQL skips every message up to the next Sync, so the client's request behind
-/// does not run in the wrong state, whatever it is (a Query included). So nothing after
-/// the request's first Query or Sync may follow in the write: a plain request
-/// (sql::pipeline) is one such. Without a Sync of their own they cost PostgreSQL neither
-/// a ReadyForQuery nor a flush (a third less than as Queries, measured in bench/README.md),
-/// and their answers come in one piece with the request's. The block commits before the
-/// request begins: the request's failure does not take the state back. Settings are
+/// does not wait a round trip for them. `BEGIN` goes alone first, then the rest ending
+/// in `COMMIT`: should any of the rest fail, even to parse, PostgreSQL leaves the block
+/// open and aborted, and refuses what follows (25P02) instead of running the client's
+/// request in the wrong state. So the request behind must not begin with a statement
+/// that ends a block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync
+/// may follow in the write: a plain request (sql::pipeline) is one such. Settings are
 /// made by SET where that says the same as set_config() (`set_statement`), and no guard
 /// comes first: this is only written where no timeout under a second is in force
 /// (`leaves_time`), and it runs in microseconds.
@@ -444,46 +440,39 @@ pub fn on_the_way(
     if have.names().chain(want.names()).any(|n| !spellable(n)) {
         return Way::Apart;
     }
-    let (mut statements, gucs) = apply_parts(have, want);
+    let (resets, gucs) = apply_parts(have, want);
     pairs.extend(gucs);
-    if pairs.is_empty() && statements.is_empty() {
+    if pairs.is_empty() && resets.is_empty() {
         return Way::Nothing;
     }
     // SETs where they say the same as set_config(), the rest in one SELECT; the role's
     // last, after all of them.
+    let mut sql = resets;
     let mut calls = Vec::new();
     let mut role = None;
     for (name, value) in pairs {
         match set_statement(name, value) {
             Some(set) if name == "role" => role = Some(set),
-            Some(set) => statements.push(set),
+            Some(set) => sql.push_str(&set),
             None => calls.push(set_config(name, value)),
         }
     }
     if !calls.is_empty() {
-        statements.push(format!("SELECT {}", calls.join(", ")));
+        sql.push_str(&format!("SELECT {};", calls.join(", ")));
     }
-    statements.extend(role);
+    sql.extend(role);
+    sql.push_str("COMMIT");
     let utf8 = params
         .get("client_encoding")
         .is_some_and(|e| e.eq_ignore_ascii_case("UTF8"));
-    if !utf8 && statements.iter().any(|s| !s.is_ascii()) {
+    if !sql.is_ascii() && !utf8 {
         return Way::Apart;
     }
-    let len: usize = statements.iter().map(|s| s.len() + 40).sum();
-    let mut out = bytes::BytesMut::with_capacity(len + 80);
-    let write = crate::protocol::messages::execute_unsynced;
-    write(&mut out, "BEGIN");
-    for statement in &statements {
-        write(&mut out, statement);
-    }
-    write(&mut out, ON_THE_WAY_END);
+    let mut out = bytes::BytesMut::with_capacity(sql.len() + 16);
+    crate::protocol::messages::query(&mut out, "BEGIN");
+    crate::protocol::messages::query(&mut out, &sql);
     Way::Ahead(out)
 }
-
-/// The last statement written on the way: its CommandComplete (tag `COMMIT`, which no
-/// statement before it gives) ends what the relay removes from the server's answer.
-pub const ON_THE_WAY_END: &str = "COMMIT";
 
 /// A setting's name as a statement can spell it: dot-separated parts, none empty, none
 /// over 63 bytes (the scanner would cut it, and RESET another setting).
@@ -649,29 +638,13 @@ mod tests {
         else {
             panic!("something to do");
         };
-        // Parse, Bind, Execute of each statement, and no Sync or Query of Weir's.
-        let mut statements = Vec::new();
-        let mut tags = Vec::new();
-        let mut at = 0;
-        while at < msg.len() {
-            let len = u32::from_be_bytes(msg[at + 1..at + 5].try_into().unwrap()) as usize;
-            let body = &msg[at + 5..at + 1 + len];
-            tags.push(msg[at]);
-            if msg[at] == b'P' {
-                let text = &body[1..body.len() - 3];
-                statements.push(std::str::from_utf8(text).unwrap().to_owned());
-            }
-            at += 1 + len;
-        }
-        assert_eq!(tags, b"PBEPBEPBEPBE");
+        assert_eq!(&msg[..11], b"Q\0\0\0\x0aBEGIN\0");
+        let rest = &msg[11..];
+        assert_eq!(rest[0], b'Q');
+        let text = std::str::from_utf8(&rest[5..rest.len() - 1]).unwrap();
         assert_eq!(
-            statements,
-            [
-                "BEGIN",
-                "SET \"application_name\" TO 'a1';",
-                "SET \"search_path\" TO \"t1\";",
-                ON_THE_WAY_END
-            ]
+            text,
+            "SET \"application_name\" TO 'a1';SET \"search_path\" TO \"t1\";COMMIT"
         );
         assert!(matches!(
             on_the_way(&wanted, true, &wanted, Some(&want), Some(&want)),

@@ -150,19 +150,6 @@ pub fn query(buf: &mut BytesMut, sql: &str) {
     put_message(buf, b'Q', |b| put_cstr(b, sql));
 }
 
-/// One statement as Parse, Bind and Execute of the unnamed statement and portal, with no
-/// Sync: it runs in the same batch as what follows, up to the next Sync.
-pub fn execute_unsynced(buf: &mut BytesMut, sql: &str) {
-    put_message(buf, b'P', |b| {
-        put_cstr(b, "");
-        put_cstr(b, sql);
-        b.put_i16(0);
-    });
-    // No parameters, no formats, no result formats; Execute with no row limit.
-    put_message(buf, b'B', |b| b.put_slice(&[0; 8]));
-    put_message(buf, b'E', |b| b.put_slice(&[0; 5]));
-}
-
 pub fn password_message(buf: &mut BytesMut, data: &[u8]) {
     put_message(buf, b'p', |b| b.put_slice(data));
 }

@@ -22,10 +22,6 @@ pub const UNPIN: u8 = 16;
 /// A reported parameter may have gone back to the server's own value (RESET of one,
 /// RESET ALL, DISCARD ALL, a DO block): the client is to have its startup value back.
 pub const DEFAULTS: u8 = 32;
-/// A reported parameter (DateStyle, application_name, ...) may have been set: nothing to
-/// read back (ParameterStatus says), but PostgreSQL reports it only at the next
-/// ReadyForQuery, and only if it differs from what it last reported.
-pub const REPORTED: u8 = 64;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Effects {
@@ -42,10 +38,6 @@ impl Effects {
     /// Bind's body after the statement name.
     pub fn bind(&mut self, stmt: &Effects, bind_rest: &[u8]) {
         self.merge(stmt);
-        if !stmt.params.is_empty() {
-            // Which setting, is known once the value is read below; until then any.
-            self.flags |= REPORTED;
-        }
         for &n in &stmt.params {
             if let Some(name) = bind_param(bind_rest, n) {
                 self.name(&name.to_ascii_lowercase());
@@ -63,12 +55,8 @@ impl Effects {
     }
 
     fn name(&mut self, name: &str) {
-        if crate::params::tracked_name(name).is_some() {
-            // Reported with ParameterStatus, and followed that way.
-            self.flags |= REPORTED;
-            return;
-        }
-        if NOT_CARRIED.contains(&name) {
+        if crate::params::tracked_name(name).is_some() || NOT_CARRIED.contains(&name) {
+            // Reported with ParameterStatus, and followed that way; or nothing to carry.
             return;
         }
         if name == "session_authorization" {
@@ -121,7 +109,7 @@ const NOT_CARRIED: [&str; 24] = [
 pub fn effects(sql: &[u8], whole: bool) -> Effects {
     let mut e = Effects::default();
     if !whole {
-        e.flags = EXACT | PIN | UNPIN | REPORTED;
+        e.flags = EXACT | PIN | UNPIN;
     }
     if !worth_lexing(sql) {
         return e;
@@ -509,10 +497,9 @@ mod tests {
         assert_eq!(flags("select set_config('myapp.x', $1, $2)"), SETTING);
         assert_eq!(names("set role bob"), vec!["role"]);
         assert_eq!(names("reset role"), vec!["role"]);
-        // Reported parameters are followed through ParameterStatus instead: nothing to
-        // read back, but flagged (the state goes apart in front of such a request).
-        assert_eq!(flags("set application_name = 'x'"), REPORTED);
-        assert_eq!(flags("SET TIME ZONE 'UTC'"), REPORTED);
+        // Reported parameters are followed through ParameterStatus instead.
+        assert_eq!(flags("set application_name = 'x'"), 0);
+        assert_eq!(flags("SET TIME ZONE 'UTC'"), 0);
     }
 
     #[test]
@@ -570,7 +557,7 @@ mod tests {
         let mut e = Effects::default();
         e.bind(&stmt, &bind);
         assert_eq!(e.names, vec!["myapp.tenant"]);
-        assert_eq!(e.flags, EXACT | SETTING | REPORTED);
+        assert_eq!(e.flags, EXACT | SETTING);
         let mut e = Effects::default();
         e.bind(&stmt, &[0, 0, 0, 1, 255, 255, 255, 255]);
         assert!(e.names.is_empty());
@@ -634,7 +621,7 @@ mod tests {
     fn a_prefix_may_hide_anything() {
         assert_eq!(
             effects(b"insert into t values (1)", false).flags,
-            EXACT | PIN | UNPIN | REPORTED
+            EXACT | PIN | UNPIN
         );
     }
 }
