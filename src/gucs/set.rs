@@ -35,6 +35,9 @@ pub(super) fn set_statement(name: &str, value: &str) -> Option<String> {
     // Worked out once per value and worker thread: scanning each element for keywords
     // with PostgreSQL's scanner costs microseconds, at every hand-over between clients
     // with their own search_path, and the same values come back.
+    if value.len() > LIST_KEPT_LEN {
+        return list_statement(name, value);
+    }
     let key = (name.to_owned(), value.to_owned());
     if let Some(known) = LISTS.with(|l| l.borrow().get(&key).cloned()) {
         return known;
@@ -56,8 +59,10 @@ thread_local! {
 }
 
 /// Values of lists kept per thread (then forgotten all at once): far more than the
-/// tenants a pool serves at a time, a few hundred kB at most.
+/// tenants a pool serves at a time. Only values up to LIST_KEPT_LEN bytes, so that a
+/// client setting long values cannot make them hold more than ~10 MB per thread.
 const LISTS_KEPT: usize = 2048;
+const LIST_KEPT_LEN: usize = 1024;
 
 /// `set_statement` of a list of identifiers.
 fn list_statement(name: &str, value: &str) -> Option<String> {
