@@ -439,11 +439,12 @@ fn internal_queries_survive_the_clients_settings() {
     let mut a = named_client(&weir, "tough");
     let mut b = client(&weir);
     let mut c = client(&weir);
-    exec(
+    // The timeout last: the statements after it in the same Query would run under it.
+    exec_under_1ms(
         &mut a,
-        "set statement_timeout = 1; set idle_in_transaction_session_timeout = 1; \
+        "set idle_in_transaction_session_timeout = 1; \
          set default_transaction_read_only = on; set myapp.x = 'kept'; \
-         set search_path = evil, pg_catalog",
+         set search_path = evil, pg_catalog; set statement_timeout = 1",
     );
     for _ in 0..5 {
         for x in [&mut b, &mut c] {

@@ -106,6 +106,11 @@ fn bursts_to_pg(log: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
     out
 }
 
+/// States put on a server by a query of their own, a round trip apart (SHOW STATS).
+fn applied_apart(console: &mut RawConn) -> i64 {
+    ok(console, "SHOW STATS").num("database", "postgres", "total_state_round_trip_count")
+}
+
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -250,17 +255,142 @@ fn a_failed_state_query_keeps_the_request_from_running() {
     assert_eq!(b.query_one("select current_user"), "postgres");
     pg.exec("drop owned by r_gone; drop role r_gone;");
     let mut console = admin(&weir);
-    let apart = |console: &mut RawConn| {
-        ok(console, "SHOW STATS").num("database", "postgres", "total_state_round_trip_count")
-    };
-    let before = apart(&mut console);
+    let before = applied_apart(&mut console);
     a.send(&query("insert into t_gone values (1)"));
     let e = a.error_or_eof().expect("the insert ran without its role");
     assert!(e.message.contains("r_gone"), "{e:?}");
-    assert_eq!(apart(&mut console), before, "the state query ran apart");
+    assert_eq!(
+        applied_apart(&mut console),
+        before,
+        "the state query ran apart"
+    );
     assert_eq!(pg.psql("select count(*) from t_gone"), "0");
     // The server is gone with the failure; b is served on a fresh one.
     assert_eq!(b.query_one("select current_user"), "postgres");
+}
+
+/// Transaction blocks of clients with state of their own, as drivers that are not in
+/// autocommit send them: BEGIN as a Query of its own (psycopg, Django, Active Record,
+/// node-postgres), or BEGIN parsed and run in front of the first statement up to one Sync
+/// (pgJDBC). The state goes in the same write as BEGIN: a hand-over costs no round trip
+/// of its own, and every row PostgreSQL stores carries its client's search_path.
+#[test]
+fn a_block_with_state_costs_no_round_trip_of_its_own() {
+    let (pg, log, weir) = proxied();
+    pg.exec("create table blocks (turn int, seen text)");
+    let mut clients = two_with_state(&weir);
+    for (c, want) in clients.iter_mut() {
+        assert_eq!(&c.query_one(ASK), want);
+    }
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    log.lock().unwrap().clear();
+    let turns = 8;
+    let insert =
+        |turn: usize| format!("insert into blocks values ({turn}, current_setting('search_path'))");
+    let mut expected_bursts = 0;
+    for turn in 0..turns {
+        let (c, _) = &mut clients[turn % 2];
+        if turn % 4 < 2 {
+            for sql in ["BEGIN".to_string(), insert(turn), "COMMIT".to_string()] {
+                c.simple_query(&sql)
+                    .unwrap_or_else(|e| panic!("turn {turn}: {sql}: {e:?}"));
+            }
+            expected_bursts += 3;
+        } else {
+            c.send(
+                &[
+                    parse("", "BEGIN"),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    parse("", &insert(turn)),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    sync(),
+                ]
+                .concat(),
+            );
+            let msgs = c.read_until_ready();
+            assert!(
+                msgs.iter().all(|m| m.tag != b'E')
+                    && msgs.last().map(|m| m.body.clone()) == Some(b"T".to_vec()),
+                "turn {turn}: {msgs:?}"
+            );
+            c.simple_query("COMMIT").expect("commit");
+            expected_bursts += 2;
+        }
+    }
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    let shown: Vec<String> = bursts
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert_eq!(bursts.len(), expected_bursts, "round trips: {shown:?}");
+    let firsts = bursts
+        .iter()
+        .filter(|b| contains(b, "SET \"search_path\" TO"))
+        .count();
+    assert_eq!(firsts, turns, "the state went with each BEGIN: {shown:?}");
+    assert_eq!(applied_apart(&mut console), before, "state applied apart");
+    let rows = pg.psql("select string_agg(turn || '=' || seen, ';' order by turn) from blocks");
+    let want: Vec<String> = (0..turns)
+        .map(|t| format!("{t}=s_{}, public", ["a", "b"][t % 2]))
+        .collect();
+    assert_eq!(rows, want.join(";"));
+}
+
+/// The state cannot be put on the server (the role the clients set is dropped): a block
+/// sent behind the failed state query never runs, as a Query of BEGIN alone, as one Query
+/// of the whole block, and as extended-protocol messages up to a Sync.
+#[test]
+fn a_failed_state_query_keeps_the_block_from_running() {
+    let pg = PgServer::start();
+    pg.exec("create role r_gone2; grant all on schema public to r_gone2;");
+    pg.exec("create table t_gone2 (v int); grant all on t_gone2 to r_gone2;");
+    let weir = pooled(&pg, 1);
+    let mut gone: Vec<RawConn> = (0..3)
+        .map(|_| {
+            let mut a = client(&weir);
+            a.simple_query("SET ROLE r_gone2").expect("set role");
+            assert_eq!(a.query_one("select current_user"), "r_gone2");
+            a
+        })
+        .collect();
+    let mut b = client(&weir);
+    assert_eq!(b.query_one("select current_user"), "postgres");
+    pg.exec("drop owned by r_gone2; drop role r_gone2;");
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    let requests = [
+        query("BEGIN"),
+        query("begin; insert into t_gone2 values (1); commit"),
+        [
+            parse("", "START TRANSACTION"),
+            bind("", "", &[]),
+            execute("", 0),
+            parse("", "insert into t_gone2 values (2)"),
+            bind("", "", &[]),
+            execute("", 0),
+            parse("", "COMMIT"),
+            bind("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    ];
+    for (a, request) in gone.iter_mut().zip(requests) {
+        a.send(&request);
+        let e = a.error_or_eof().expect("the block ran without its role");
+        assert!(e.message.contains("r_gone2"), "{e:?}");
+        // Had the block run as the login role, its insert would be there now.
+        assert_eq!(pg.psql("select count(*) from t_gone2"), "0");
+        assert_eq!(b.query_one("select current_user"), "postgres");
+    }
+    assert_eq!(
+        applied_apart(&mut console),
+        before,
+        "the state query ran apart"
+    );
 }
 
 /// Named statements prepared and run by clients with their own application_name taking

@@ -73,7 +73,8 @@ impl Session {
     /// only if it does not begin by ending the block (COMMIT, ROLLBACK) and nothing after
     /// it is written before the query's answer is in (the relay frames nothing more
     /// meanwhile). A plain request (sql::pipeline) is one whole implicit transaction of
-    /// a statement that reads or writes rows, and nothing is framed after it.
+    /// a statement that reads or writes rows, and nothing is framed after it; so is one
+    /// whole request that opens a block (`opens_block_alone`).
     fn may_go_on_the_way(&mut self, held: &mut Lease) -> bool {
         if self.mode == PoolMode::Session {
             return false;
@@ -82,7 +83,34 @@ impl Session {
         if self.scan_client(Some(&mut held.statements)).is_err() {
             return false;
         }
-        self.exchange.has(PLAIN) && self.cframe.scanned() > 0
+        self.cframe.scanned() > 0 && (self.exchange.has(PLAIN) || self.opens_block_alone())
+    }
+
+    /// One whole request (a Query, or extended-protocol messages up to their Sync) whose
+    /// first message is a Query or Parse of BEGIN or START TRANSACTION: the transactions
+    /// of ORMs and drivers that are not in autocommit. In the block a failed state query
+    /// leaves, PostgreSQL refuses that first statement (only COMMIT, ROLLBACK and PREPARE
+    /// TRANSACTION pass there) and so skips the rest of the Query, or all up to the Sync.
+    fn opens_block_alone(&self) -> bool {
+        let x = &self.exchange;
+        if x.pending != 1 || x.has(UNSYNCED) || !self.cframe.at_boundary() {
+            return false;
+        }
+        let framed = self.inbuf.get(..self.cframe.scanned()).unwrap_or_default();
+        let (Some(&tag), Some(len)) = (framed.first(), framed.get(1..5)) else {
+            return false;
+        };
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let Some(body) = framed.get(5..(1 + len).max(5)) else {
+            return false;
+        };
+        let text = match tag {
+            b'Q' => body,
+            // The statement's name, then its text.
+            b'P' => body.splitn(3, |&c| c == 0).nth(1).unwrap_or_default(),
+            _ => return false,
+        };
+        crate::sql::opens_block(text)
     }
 
     /// Puts whole messages of Weir's in front of what the client sent, to be written
