@@ -339,6 +339,112 @@ fn a_block_with_state_costs_no_round_trip_of_its_own() {
     assert_eq!(rows, want.join(";"));
 }
 
+/// Clients with state of their own that SET their search_path at each turn, as a
+/// schema-per-tenant app does at each checkout: the state goes in front of the SET, the
+/// read-back behind it, all in one write; the query after it needs no state, since the
+/// server is the client's already. Two round trips per turn, and each answer right.
+#[test]
+fn a_set_with_state_in_front_and_its_read_back_behind_is_one_write() {
+    let (_pg, log, weir) = proxied();
+    let mut clients = two_with_state(&weir);
+    for (c, want) in clients.iter_mut() {
+        assert_eq!(&c.query_one(ASK), want);
+    }
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    log.lock().unwrap().clear();
+    let turns = 8;
+    for turn in 0..turns {
+        let name = ["a", "b"][turn % 2];
+        let (c, _) = &mut clients[turn % 2];
+        c.simple_query(&format!("SET search_path TO s_{name}_{turn}, public"))
+            .expect("set");
+        assert_eq!(
+            c.query_one(ASK),
+            format!("s_{name}_{turn}, public/app_{name}")
+        );
+    }
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    let shown: Vec<String> = bursts
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert_eq!(bursts.len(), 2 * turns, "round trips: {shown:?}");
+    for turn in 0..turns {
+        let b = &bursts[2 * turn];
+        assert!(
+            contains(b, "BEGIN\0") && contains(b, "SET search_path TO s_"),
+            "turn {turn}: the state did not go with the SET: {shown:?}"
+        );
+    }
+    assert_eq!(applied_apart(&mut console), before, "state applied apart");
+}
+
+/// A block opened by extended-protocol messages and closed by a Query of SETs with no
+/// Sync between them (one request): the state goes in front, its answers are removed,
+/// and the client gets exactly its own answers; no read-back is written behind a request
+/// that opened a block.
+#[test]
+fn an_extended_begin_then_a_query_of_sets_gets_its_own_answers() {
+    let (_pg, _log, weir) = proxied();
+    let mut clients = two_with_state(&weir);
+    for round in 0..3 {
+        for (i, (c, want)) in clients.iter_mut().enumerate() {
+            let mem = format!("{}MB", 8 + round * 2 + i);
+            c.send(
+                &[
+                    parse("", "BEGIN"),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    query(&format!("SET work_mem = '{mem}'")),
+                ]
+                .concat(),
+            );
+            let msgs = c.read_until_ready();
+            let tags: String = msgs.iter().map(|m| m.tag_char()).collect();
+            assert_eq!(tags, "12CCZ", "round {round}, client {i}: {msgs:?}");
+            assert_eq!(msgs[4].body, b"T", "{msgs:?}");
+            assert_eq!(c.query_one("show work_mem"), mem);
+            c.simple_query("COMMIT").expect("commit");
+            assert_eq!(&c.query_one(ASK), want);
+            assert_eq!(c.query_one("show work_mem"), mem);
+        }
+    }
+}
+
+/// What could end the block a failed state query leaves (COMMIT, ROLLBACK first), and
+/// several requests written at once, take the state query apart, a round trip of its own.
+#[test]
+fn requests_that_could_end_the_block_take_the_state_apart() {
+    let (_pg, _log, weir) = proxied();
+    let mut clients = two_with_state(&weir);
+    let mut console = admin(&weir);
+    let requests = [
+        query("COMMIT"),
+        query("/* a comment */ ROLLBACK; BEGIN; COMMIT"),
+        [query("BEGIN"), query("COMMIT")].concat(),
+        [
+            parse("", "ROLLBACK"),
+            bind("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    ];
+    for (n, request) in requests.iter().enumerate() {
+        let (c, want) = &mut clients[n % 2];
+        let before = applied_apart(&mut console);
+        c.send(request);
+        let readies = if n == 2 { 2 } else { 1 };
+        for _ in 0..readies {
+            let msgs = c.read_until_ready();
+            assert!(msgs.iter().all(|m| m.tag != b'E'), "request {n}: {msgs:?}");
+        }
+        assert_eq!(applied_apart(&mut console), before + 1, "request {n}");
+        assert_eq!(&c.query_one(ASK), want);
+    }
+}
+
 /// The state cannot be put on the server (the role the clients set is dropped): a block
 /// sent behind the failed state query never runs, as a Query of BEGIN alone, as one Query
 /// of the whole block, and as extended-protocol messages up to a Sync.
@@ -348,7 +454,7 @@ fn a_failed_state_query_keeps_the_block_from_running() {
     pg.exec("create role r_gone2; grant all on schema public to r_gone2;");
     pg.exec("create table t_gone2 (v int); grant all on t_gone2 to r_gone2;");
     let weir = pooled(&pg, 1);
-    let mut gone: Vec<RawConn> = (0..3)
+    let mut gone: Vec<RawConn> = (0..5)
         .map(|_| {
             let mut a = client(&weir);
             a.simple_query("SET ROLE r_gone2").expect("set role");
@@ -377,6 +483,10 @@ fn a_failed_state_query_keeps_the_block_from_running() {
             sync(),
         ]
         .concat(),
+        // Had it run as the login role, the insert below would see its search_path.
+        query("SET search_path TO gone_path, public"),
+        // Two requests in one write: the state query runs apart first.
+        [query("BEGIN"), query("insert into t_gone2 values (3)")].concat(),
     ];
     for (a, request) in gone.iter_mut().zip(requests) {
         a.send(&request);
@@ -388,8 +498,8 @@ fn a_failed_state_query_keeps_the_block_from_running() {
     }
     assert_eq!(
         applied_apart(&mut console),
-        before,
-        "the state query ran apart"
+        before + 1,
+        "only the two requests written at once take the state query apart"
     );
 }
 
