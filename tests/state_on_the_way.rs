@@ -143,17 +143,22 @@ fn two_with_state(weir: &Weir) -> Vec<(RawConn, String)> {
     clients
 }
 
+/// `two_with_state`, each having run ASK once: what follows is hand-overs only.
+fn two_that_ran(weir: &Weir) -> Vec<(RawConn, String)> {
+    let mut clients = two_with_state(weir);
+    for (c, want) in clients.iter_mut() {
+        assert_eq!(&c.query_one(ASK), want);
+    }
+    clients
+}
+
 /// Two clients with their own search_path and application_name take turns on one
 /// server: every turn needs the server put into the other's state, and each goes in one
 /// write with the request (simple and extended protocol), and each answer is right.
 #[test]
 fn state_goes_in_the_same_write_as_the_request() {
     let (_pg, log, weir) = proxied();
-    let mut clients = two_with_state(&weir);
-    // Each has run once: what follows is hand-overs only.
-    for (c, want) in clients.iter_mut() {
-        assert_eq!(&c.query_one(ASK), want);
-    }
+    let mut clients = two_that_ran(&weir);
     let mut console = admin(&weir);
     let counts = |console: &mut RawConn| {
         let stats = ok(console, "SHOW STATS");
@@ -278,10 +283,7 @@ fn a_failed_state_query_keeps_the_request_from_running() {
 fn a_block_with_state_costs_no_round_trip_of_its_own() {
     let (pg, log, weir) = proxied();
     pg.exec("create table blocks (turn int, seen text)");
-    let mut clients = two_with_state(&weir);
-    for (c, want) in clients.iter_mut() {
-        assert_eq!(&c.query_one(ASK), want);
-    }
+    let mut clients = two_that_ran(&weir);
     let mut console = admin(&weir);
     let before = applied_apart(&mut console);
     log.lock().unwrap().clear();
@@ -346,10 +348,7 @@ fn a_block_with_state_costs_no_round_trip_of_its_own() {
 #[test]
 fn a_set_with_state_in_front_and_its_read_back_behind_is_one_write() {
     let (_pg, log, weir) = proxied();
-    let mut clients = two_with_state(&weir);
-    for (c, want) in clients.iter_mut() {
-        assert_eq!(&c.query_one(ASK), want);
-    }
+    let mut clients = two_that_ran(&weir);
     let mut console = admin(&weir);
     let before = applied_apart(&mut console);
     log.lock().unwrap().clear();
