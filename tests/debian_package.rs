@@ -434,13 +434,24 @@ fn packaged_binary_and_config_serve_psql() {
     let pidfile = scratch.path().join("run/weir/weir.pid");
     let bin = root.join("usr/bin/weir");
 
+    // systemd's end of Type=notify, as the unit gives it to both processes (the -R one
+    // runs inside the unit too).
+    let notify_path = scratch.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let next_notice = || {
+        let mut buf = [0u8; 4096];
+        let n = notify.recv(&mut buf).expect("no sd_notify message");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+
     // As the unit's ExecStart, stderr kept for failure messages.
     let stderr = scratch.path().join("stderr");
     let mut first = Started(
         clean_command(&bin)
             .arg("-q")
             .arg(&ini)
-            .env_remove("NOTIFY_SOCKET")
+            .env("NOTIFY_SOCKET", &notify_path)
             .stderr(fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("spawn the packaged weir"),
@@ -462,6 +473,7 @@ fn packaged_binary_and_config_serve_psql() {
         "the packaged weir does not listen on {port}\n{}",
         why()
     );
+    assert_eq!(next_notice(), "READY=1");
     let sock_dir = scratch.path().join("run/weir");
     let sock_dir = sock_dir.to_str().unwrap();
 
@@ -527,7 +539,7 @@ fn packaged_binary_and_config_serve_psql() {
         clean_command(&bin)
             .args(["-d", "-R"])
             .arg(&ini)
-            .env_remove("NOTIFY_SOCKET"),
+            .env("NOTIFY_SOCKET", &notify_path),
         None,
         TIMEOUT,
     );
@@ -550,6 +562,10 @@ fn packaged_binary_and_config_serve_psql() {
         "the pidfile does not name a new running weir: {new_pid:?}\n{}",
         why()
     );
+    // What lets systemd follow (NotifyAccess=all): the daemonized new process names
+    // itself the main process, then is ready.
+    assert_eq!(next_notice(), format!("MAINPID={}", new_pid.unwrap_or(0)));
+    assert_eq!(next_notice(), "READY=1");
     // Session mode: the client moves with its server connection, between transactions.
     let after: i32 = rt
         .block_on(client.query_one("select pg_backend_pid()", &[]))
@@ -561,6 +577,17 @@ fn packaged_binary_and_config_serve_psql() {
         "the old weir did not exit once its client had moved\n{}",
         why()
     );
+    // The old process leaves without STOPPING=1, which would tell systemd the service
+    // is going away.
+    notify.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    match notify.recv(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!(
+            "a notification after the takeover: {:?}",
+            other.map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+        ),
+    }
     assert_eq!(
         q("127.0.0.1", "postgres", &password, "select 'new'").unwrap(),
         "new"
