@@ -408,7 +408,15 @@ fn adapted_config(packaged: &str, scratch: &Path, port: u16, pg_port: u16) -> St
 
 #[test]
 fn packaged_binary_and_config_serve_psql() {
+    // TLS on, as Debian's PostgreSQL has it: the packaged config must not let that keep
+    // a session-mode client from moving in the online restart below.
     let pg = PgServer::start();
+    let certs = common::tls::Certs::new();
+    pg.enable_tls(
+        &certs.path("server.crt"),
+        &certs.path("server.key"),
+        &certs.path("ca.crt"),
+    );
     let root = &built().root;
     let scratch = tempfile::Builder::new()
         .prefix("weir-deb-run-")
@@ -572,9 +580,11 @@ fn packaged_binary_and_config_serve_psql() {
         .unwrap_or_else(|e| panic!("the client after the takeover: {e}\n{}", why()))
         .get(0);
     assert_eq!(before, after, "the session changed server connection");
+    // It exits only once the client has moved (a client over a TLS server connection
+    // would stay with it until it disconnects).
     assert!(
         wait_timeout(&mut first.0, TIMEOUT).is_some(),
-        "the old weir did not exit once its client had moved\n{}",
+        "the old weir did not exit: its client did not move\n{}",
         why()
     );
     // The old process leaves without STOPPING=1, which would tell systemd the service
