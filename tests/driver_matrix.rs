@@ -402,6 +402,41 @@ fn pgx_v5() {
     run_program(&weir, &pg, cmd, "pgx v5");
 }
 
+/// pgxpool at its defaults (QueryExecModeCacheStatement on each pooled connection): 20
+/// goroutines on a pool of 10 connections on Weir's 2 servers; parameterised queries,
+/// transactions (rolled back; committed at repeatable read with a savepoint rolled back),
+/// CopyFrom, SendBatch, then an ALTER that changes the result type of a statement every
+/// connection has cached: each is refused ("cached plan must not change result type",
+/// pgx 5.12 sends no Describe with a cached statement, so Weir's retry does not apply)
+/// and pgx prepares it again.
+#[test]
+fn pgx_v5_pool() {
+    let (pg, weir) = setup();
+    pg.exec(
+        "create table drv_pgx_ddl (id int primary key, v int);
+         insert into drv_pgx_ddl select g, g * 10 from generate_series(0, 19) g",
+    );
+    let mut cmd = clean_command(installed("bin/pgx-driver"));
+    cmd.arg("pool");
+    run_program(&weir, &pg, cmd, "pgxpool");
+    // Per worker: 10 inserts, 1 in the committed transaction, 50 copied, 20 batched.
+    assert_eq!(
+        pg.psql(
+            "select count(*), count(distinct id / 1000), count(*) filter (where v = 'tx'),
+                    count(*) filter (where v like 'c%'), count(*) filter (where v like 'b%'),
+                    count(*) filter (where v in ('lost', 'duplicate'))
+             from drv_pgx"
+        )
+        .trim(),
+        "1620|20|20|1000|400|0"
+    );
+    assert_eq!(
+        pg.psql("select pg_typeof(v), count(*) from drv_pgx_ddl group by 1")
+            .trim(),
+        "text|20"
+    );
+}
+
 fn pgjdbc_program() -> Command {
     let classpath = std::fs::read_to_string(installed("java/classpath")).expect("read classpath");
     let mut cmd = clean_command("java");
