@@ -633,3 +633,53 @@ fn prisma_replay() {
         }
     });
 }
+
+/// Prisma 7's client (query compiler in WASM, generated at install time; queries through
+/// @prisma/adapter-pg, i.e. node-postgres), run with tsx as Prisma's quickstart does: 10
+/// PrismaClients at once, each with its adapter's own pg.Pool.
+fn prisma7_program(mode: &[&str]) -> Command {
+    let mut cmd = clean_command(installed("prisma/node_modules/.bin/tsx"));
+    cmd.env("NODE_PATH", installed("prisma/node_modules"))
+        .env(
+            "WEIR_PRISMA_CLIENT",
+            installed("prisma/generated/client.ts"),
+        )
+        .arg(source_dir("prisma").join("prisma7.ts"))
+        .args(mode);
+    cmd
+}
+
+/// What each of the 10 PrismaClients left in drv_prisma: 8 rows created, 1 by a committed
+/// interactive transaction, 2 by a committed batch one, none of the rolled-back ones.
+fn assert_prisma7_rows(pg: &PgServer) {
+    assert_eq!(
+        pg.psql(
+            "select count(*), count(distinct id / 1000), count(*) filter (where v = 'updated'),
+                    count(*) filter (where v = 'batch'), count(*) filter (where v = 'interactive'),
+                    count(*) filter (where v in ('lost', 'duplicate'))
+             from drv_prisma"
+        )
+        .trim(),
+        "110|10|10|30|10|0"
+    );
+}
+
+/// At the adapter's defaults every query is an unnamed statement (the program checks that
+/// the servers hold no prepared statement); interactive transactions (committed, rolled back
+/// by a throw, rolled back by PostgreSQL's error) and batch ones (`$transaction([...])`).
+#[test]
+fn prisma7() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, prisma7_program(&[]), "Prisma 7");
+    assert_prisma7_rows(&pg);
+}
+
+/// The same with the adapter's `statementNameGenerator` (node-postgres prepares each text
+/// once per connection under that name) and `pgbouncer=true` in the URL, which the adapter
+/// does not read: the statements are named all the same.
+#[test]
+fn prisma7_named_statements() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, prisma7_program(&["named"]), "Prisma 7");
+    assert_prisma7_rows(&pg);
+}
