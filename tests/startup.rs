@@ -70,7 +70,7 @@ fn psql_with_sslmode_prefer() {
 /// Beyond PgBouncer (which refuses what it does not track unless ignore_startup_parameters
 /// lists it): any other startup setting, and the `-c` settings of `options` (PGOPTIONS),
 /// are the client's own in transaction mode, on whichever server it is lent, and no other
-/// client's. pgJDBC and sqlx send extra_float_digits at their defaults.
+/// client's. sqlx sends extra_float_digits at its defaults, as pgJDBC did up to 42.7.4.
 #[test]
 fn startup_settings_follow_the_client() {
     let pg = PgServer::start();

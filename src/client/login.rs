@@ -287,7 +287,7 @@ pub async fn login(
             n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
             _ if ignored(name) => {}
             // Beyond PgBouncer, which refuses what it does not track: any other setting
-            // (pgJDBC's and sqlx's extra_float_digits, PGOPTIONS) becomes one the
+            // (sqlx's extra_float_digits, pgJDBC's up to 42.7.4, PGOPTIONS) becomes one the
             // client made, carried to every server it is lent (see client::state).
             "options" => {
                 let Some(pairs) = crate::gucs::from_options(value) else {
