@@ -209,7 +209,9 @@ pub fn run() -> ExitCode {
         },
         sinks,
     ));
-    if let Some(p) = &pidfile {
+    // Once handed over, the file is the successor's, or about to be: reading it and then
+    // removing it could remove the successor's, written in between.
+    if let Some(p) = pidfile.as_ref().filter(|_| !takeover::handed_over()) {
         cli::remove_pidfile_if_ours(p);
     }
     takeover::remove_control_file();
