@@ -164,6 +164,45 @@ fn ignore_startup_parameters_applies_to_the_settings_of_options() {
     assert_eq!(c.query_one("show geqo"), "off");
 }
 
+/// As PgBouncer's test_options_startup_param: an `options` that is not `-c`/`--` settings
+/// is refused in PgBouncer's words; with `options` itself in ignore_startup_parameters the
+/// tracked settings in it still apply and the others are dropped, and a malformed one is
+/// still refused. About 1 s.
+#[test]
+fn options_are_refused_and_ignored_as_pgbouncer_does() {
+    let pg = PgServer::start();
+    let refused = |weir: &Weir, options: &str| {
+        let e = RawConn::startup(weir.port(), "postgres", "postgres", &[("options", options)])
+            .err()
+            .unwrap_or_else(|| panic!("options {options:?} were taken"));
+        assert_eq!(
+            e.message,
+            "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed"
+        );
+    };
+    let weir = Weir::for_pg(&pg).start();
+    refused(&weir, "-d");
+    refused(&weir, "-c timezone");
+
+    let weir = Weir::for_pg(&pg)
+        .set("ignore_startup_parameters", "options")
+        .start();
+    let mut c = RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[(
+            "options",
+            "-c enable_seqscan=false -ctimezone=Europe/Lisbon --datestyle=German,\\ YMD",
+        )],
+    )
+    .unwrap_or_else(|e| panic!("options refused: {e:?}"));
+    assert_eq!(c.query_one("show enable_seqscan"), "on");
+    assert_eq!(c.query_one("show timezone"), "Europe/Lisbon");
+    assert_eq!(c.query_one("show datestyle"), "German, YMD");
+    refused(&weir, "-d");
+}
+
 /// The parameters Weir tracks are accepted without configuration.
 #[test]
 fn tracked_startup_parameters_are_accepted() {
