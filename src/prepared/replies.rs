@@ -248,10 +248,15 @@ pub enum Reply {
     /// `undo` puts the client's name back as it was if an earlier error means PostgreSQL
     /// would not have got this far.
     Synth { tag: u8, undo: Option<NameUndo> },
-    /// A Parse (or, for a simple query, a query) made to fail in place of the client's
-    /// message: the server's error is replaced by this one (what PostgreSQL would have
-    /// said to the client).
-    Fail { error: PgError, query: bool },
+    /// A client message sent as it came (a Parse of a name the client has, sent twice,
+    /// or a message naming a name like Weir's own that the client lacks): PostgreSQL's
+    /// error is the one a direct connection gets, in the client's words, and goes on as
+    /// it is, never renamed (the name may be one of Weir's on this server).
+    Own(u8),
+    /// The client's SQL PREPARE of a name it has, sent twice in one query so that
+    /// PostgreSQL refuses the second in the client's words: the first one's
+    /// CommandComplete is removed, and the entry becomes `Own(b'Q')`.
+    Twice,
     /// An error Weir answers itself, in place of PostgreSQL's, where sending the server
     /// anything that fails would put an error of Weir's making in its log. For an
     /// extended-protocol message, the client's messages up to Sync are dropped
@@ -292,7 +297,8 @@ impl Reply {
             | Reply::Dealloc { .. } => true,
             Reply::Synth { undo, .. } => undo.is_some(),
             Reply::Sent(_)
-            | Reply::Fail { .. }
+            | Reply::Own(_)
+            | Reply::Twice
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
@@ -307,7 +313,7 @@ impl Reply {
     /// True when a server message with this tag completes the reply.
     pub fn ends_with(&self, tag: u8) -> bool {
         match self {
-            Reply::SentAs(t, ..) => Reply::Sent(*t).ends_with(tag),
+            Reply::SentAs(t, ..) | Reply::Own(t) => Reply::Sent(*t).ends_with(tag),
             Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Discarded => {
                 tag == b'1'
             }
@@ -322,8 +328,8 @@ impl Reply {
             | Reply::PreparedSql(_)
             | Reply::SwallowReady
             | Reply::Tidy
-            | Reply::Fail { query: true, .. } => tag == b'Z',
-            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Fail { query: false, .. } => false,
+            | Reply::Twice => tag == b'Z',
+            Reply::Synth { .. } | Reply::Refused { .. } => false,
         }
     }
 
@@ -343,7 +349,8 @@ impl Reply {
                 | Reply::Dealloc { .. }
                 | Reply::SwallowReady
                 | Reply::Tidy
-                | Reply::Fail { query: true, .. }
+                | Reply::Own(b'S' | b'Q' | b'F')
+                | Reply::Twice
                 | Reply::Refused { query: true, .. }
         )
     }
@@ -395,7 +402,8 @@ impl Reply {
             Reply::Sent(_)
             | Reply::SentAs(..)
             | Reply::Synth { undo: None, .. }
-            | Reply::Fail { .. }
+            | Reply::Own(_)
+            | Reply::Twice
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
