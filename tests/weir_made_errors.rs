@@ -347,12 +347,7 @@ fn postgres() -> PgServer {
 /// Runs each client's script directly (one after another) and through Weir (all at
 /// once, `app` naming each client), and checks replies and the log.
 fn same_as_direct(pg: &PgServer, weir: &Weir, what: &str, scripts: &[(String, Vec<Step>)]) {
-    // The log from here on only (PostgreSQL appends to it).
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(pg.log_path())
-        .and_then(|f| f.set_len(0))
-        .expect("truncating PostgreSQL's log");
+    fresh_log(pg);
     let direct: Vec<Vec<String>> = scripts
         .iter()
         .map(|(app, steps)| {
@@ -394,6 +389,23 @@ fn same_as_direct(pg: &PgServer, weir: &Weir, what: &str, scripts: &[(String, Ve
             );
         }
     }
+    let apps: Vec<&str> = scripts.iter().map(|(app, _)| app.as_str()).collect();
+    no_errors_of_weirs(pg, what, &apps);
+}
+
+/// Empties PostgreSQL's log, so that what is read later is from here on (PostgreSQL
+/// appends to it).
+fn fresh_log(pg: &PgServer) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(pg.log_path())
+        .and_then(|f| f.set_len(0))
+        .expect("truncating PostgreSQL's log");
+}
+
+/// Every ERROR PostgreSQL logged for the clients `apps` through Weir (user postgres) was
+/// logged for their direct twins (user DIRECT, the same application_name), as many times.
+fn no_errors_of_weirs(pg: &PgServer, what: &str, apps: &[&str]) {
     // PostgreSQL writes its log as it goes; the last client's lines are in by the time
     // its last reply is read, but give a slow disk a moment.
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -408,7 +420,7 @@ fn same_as_direct(pg: &PgServer, weir: &Weir, what: &str, scripts: &[(String, Ve
     // those are matched to what the direct twins left unmatched.
     let mut unmatched = Vec::new();
     let mut left_over = Vec::new();
-    for (app, _) in scripts {
+    for &app in apps {
         let mut direct = from(DIRECT, app);
         for line in from("postgres", app) {
             match direct.iter().position(|d| *d == line) {
@@ -427,7 +439,7 @@ fn same_as_direct(pg: &PgServer, weir: &Weir, what: &str, scripts: &[(String, Ve
     let others = errors
         .iter()
         .filter(|((user, app), _)| {
-            user == "postgres" && app != "[unknown]" && !scripts.iter().any(|(a, _)| a == app)
+            user == "postgres" && app != "[unknown]" && !apps.contains(&app.as_str())
         })
         .flat_map(|((_, app), lines)| lines.iter().map(move |l| format!("{app}: {l}")));
     let weirs_only: Vec<String> = unmatched.into_iter().chain(others).collect();
@@ -481,7 +493,7 @@ fn fixed_cases_log_only_what_a_direct_connection_logs() {
                 )
             })
             .collect();
-        same_as_direct(&pg, &weir, &format!("cap {cap}:"), &scripts);
+        same_as_direct(&pg, &weir, &format!("cap {cap}"), &scripts);
         no_client_names_left(&weir);
     }
 }
@@ -503,7 +515,67 @@ fn random_sequences_log_only_what_a_direct_connection_logs() {
         let scripts: Vec<(String, Vec<Step>)> = (0..clients)
             .map(|i| (format!("r{cap}_{i}"), random_script(seed * 1000 + i)))
             .collect();
-        same_as_direct(&pg, &weir, &format!("seed {seed}, cap {cap}:"), &scripts);
+        same_as_direct(&pg, &weir, &format!("seed {seed}, cap {cap}"), &scripts);
         no_client_names_left(&weir);
     }
+}
+
+/// psycopg 3 and asyncpg at their defaults (tests/drivers/python/weir_errors.py), four
+/// clients of each at once through Weir on two servers, and directly: each client gets
+/// the same errors, and PostgreSQL logs for it only what it logs for the direct one.
+#[test]
+fn psycopg_and_asyncpg_log_only_what_they_log_directly() {
+    let pg = postgres();
+    let weir = weir(&pg, 200);
+    fresh_log(&pg);
+    let drivers = std::env::var_os("WEIR_DRIVERS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").expect("HOME"))
+                .join(".cache/weir-drivers")
+        });
+    let python = drivers.join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-drivers (scripts/test does)",
+        python.display()
+    );
+    let program = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/drivers/python/weir_errors.py");
+    let clients = 4;
+    let run = |port: u16, user: &str| -> String {
+        let mut cmd = clean_command(&python);
+        cmd.arg(&program)
+            .env("WEIR_HOST", "127.0.0.1")
+            .env("WEIR_PORT", port.to_string())
+            .env("WEIR_DB", "postgres")
+            .env("WEIR_USER", user)
+            .env("WEIR_CLIENTS", clients.to_string())
+            .env("WEIR_APP_PREFIX", "py-");
+        let out = run_with_timeout(&mut cmd, None, std::time::Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "weir_errors.py as {user} on {port}: {:?}\n{stdout}\n{}\n--- weir\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            weir.log_tail()
+        );
+        stdout
+    };
+    let direct = run(pg.port(), DIRECT);
+    let through = run(weir.port(), "postgres");
+    assert_eq!(
+        through, direct,
+        "what the clients got through Weir and directly"
+    );
+    assert!(
+        direct.contains("42P05") && direct.contains("26000"),
+        "{direct}"
+    );
+    let apps: Vec<String> = (0..clients)
+        .flat_map(|i| [format!("py-psycopg{i}"), format!("py-asyncpg{i}")])
+        .collect();
+    let apps: Vec<&str> = apps.iter().map(String::as_str).collect();
+    no_errors_of_weirs(&pg, "psycopg and asyncpg", &apps);
 }
