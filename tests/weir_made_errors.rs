@@ -186,8 +186,20 @@ fn fixed_script(sfx: &str) -> Vec<Step> {
             .collect(),
     );
     s.push(q(&format!("drop table dd_{sfx}")));
+    // EXECUTE of SQL PREPARE's statement after the DDL: the text's own error.
+    s.push(q("execute qdd"));
+    s.extend(in_block(q("execute qdd")));
     s.push(q("deallocate dd"));
     s.push(q("deallocate qdd"));
+    // A statement of SQL PREPARE whose text ends in a comment, run where it is missing.
+    s.push(q("prepare qc (int) as select $1 -- a comment"));
+    s.push(
+        (20..26)
+            .map(|i| parse(&format!("e{i}"), &format!("select {i} as evicting")))
+            .chain([sync()])
+            .collect(),
+    );
+    s.push(q("execute qc (3)"));
     s.extend(in_block(q("deallocate s2")));
     s.extend(in_failed_block(q("deallocate s3")));
     // DEALLOCATE ALL and DISCARD ALL in and out of blocks.
@@ -327,6 +339,12 @@ fn logged_errors(log: &str) -> HashMap<(String, String), Vec<String>> {
             parts.next().unwrap_or_default(),
             parts.next().unwrap_or_default(),
         );
+        // The position PostgreSQL adds is in the text it ran: Weir prepares the client's
+        // SQL PREPARE under its own name, which moves it.
+        let message = match message.rsplit_once(" at character ") {
+            Some((m, at)) if at.bytes().all(|b| b.is_ascii_digit()) => m,
+            _ => message,
+        };
         found
             .entry((user.to_string(), app.to_string()))
             .or_default()

@@ -56,6 +56,12 @@ pub fn server_message(
         }
         return ServerEdit::Remove;
     }
+    if let (Reply::PrepareThenRun(def), b'C') = (front, tag) {
+        def.valid.store(true, Ordering::Relaxed);
+        p.pop();
+        p.push_front(Reply::Sent(b'Q'));
+        return ServerEdit::Remove;
+    }
     if let (Reply::Twice, b'C') = (front, tag) {
         if let Some(r) = p.replies.front_mut() {
             *r = Reply::Own(b'Q');
@@ -94,7 +100,10 @@ pub fn server_message(
             // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
             if matches!(
                 front,
-                Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
+                Reply::Reset { .. }
+                    | Reply::Dealloc { .. }
+                    | Reply::PrepareSql { .. }
+                    | Reply::PrepareThenRun(_)
             ) {
                 let missing = body.is_some_and(|b| PgError::parse(b).code == "26000");
                 if let Some(mut failed) = p.pop() {

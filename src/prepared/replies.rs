@@ -240,6 +240,12 @@ pub enum Reply {
     /// Weir's SQL PREPARE ahead of the client's EXECUTE: everything it gets is removed, up
     /// to its ReadyForQuery.
     PreparedSql(Arc<Def>),
+    /// The client's SQL EXECUTE of a statement of SQL PREPARE that the server lacked, sent
+    /// in one query behind Weir's PREPARE of it (so that a PREPARE that fails, its text
+    /// made invalid by DDL, runs nothing after it): the PREPARE's CommandComplete is
+    /// removed, and the entry becomes `Sent(b'Q')`; an error before it is the client's,
+    /// and leaves the server without the statement.
+    PrepareThenRun(Arc<Def>),
     /// Weir's Close of a statement evicted from the server's cache; its CloseComplete is
     /// removed. Skipped, the server still has the statement.
     Evicted(Arc<Def>),
@@ -291,6 +297,7 @@ impl Reply {
             Reply::Parsed { .. }
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
+            | Reply::PrepareThenRun(_)
             | Reply::Prepared(_)
             | Reply::Evicted(_)
             | Reply::Reset { .. }
@@ -326,6 +333,7 @@ impl Reply {
             | Reply::Dealloc { .. }
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
+            | Reply::PrepareThenRun(_)
             | Reply::SwallowReady
             | Reply::Tidy
             | Reply::Twice => tag == b'Z',
@@ -345,6 +353,7 @@ impl Reply {
                 }
                 | Reply::PrepareSql { .. }
                 | Reply::PreparedSql(_)
+                | Reply::PrepareThenRun(_)
                 | Reply::Reset { .. }
                 | Reply::Dealloc { .. }
                 | Reply::SwallowReady
@@ -371,7 +380,9 @@ impl Reply {
                     server.remove(def.id);
                 }
             }
-            Reply::Prepared(def) | Reply::PreparedSql(def) => server.remove(def.id),
+            Reply::Prepared(def) | Reply::PreparedSql(def) | Reply::PrepareThenRun(def) => {
+                server.remove(def.id)
+            }
             Reply::Evicted(def) => server.insert(&def),
             Reply::Synth {
                 undo: Some((name, before)),

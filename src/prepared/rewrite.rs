@@ -365,8 +365,14 @@ fn sql_execute(
         p.counts.server_parses += 1;
         server.insert(&def);
         if def.sql {
-            put_sql_prepare(out, &def);
-            p.push(Reply::PreparedSql(def.clone()));
+            let mut sql = format!("PREPARE weir_{} ", def.id).into_bytes();
+            sql.extend_from_slice(&def.body);
+            // A newline ends a comment the text may end with.
+            sql.extend_from_slice(format!("\n;EXECUTE weir_{}", def.id).as_bytes());
+            sql.extend_from_slice(params);
+            put_query(out, &sql);
+            p.push(Reply::PrepareThenRun(def));
+            return Some(Edit::Replace);
         } else {
             put_parse(out, &def);
             put_sync(out);
