@@ -207,6 +207,23 @@ impl ClientStatements {
         self.undoable > self.undoable_since_barrier
     }
 
+    /// True while a statement Weir counts the server as holding may yet turn out never
+    /// prepared there (its Parse or PREPARE unanswered, and undone if the batch fails
+    /// before it): a request checked against the server's statements meanwhile (another
+    /// client's, pipelined behind this one: pool::ahead) could name one it lacks.
+    pub fn preparing(&self) -> bool {
+        self.replies.iter().any(|r| {
+            matches!(
+                r,
+                Reply::Parsed { unmark: true, .. }
+                    | Reply::PrepareSql { unmark: true, .. }
+                    | Reply::Prepared(_)
+                    | Reply::PreparedSql(_)
+                    | Reply::PrepareThenRun(_)
+            )
+        })
+    }
+
     /// True while a query or Sync sent before is unanswered: a message whose rewrite
     /// depends on the transaction status (a Parse, or a query on statements) waits.
     pub fn status_pending(&self) -> bool {
