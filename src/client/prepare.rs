@@ -343,6 +343,15 @@ pub(super) fn replies_settled(extras: &Option<Box<Extras>>, unsent_retry: bool) 
         .is_none_or(|p| p.replies.is_empty() && (unsent_retry || !p.retry.in_flight()))
 }
 
+/// True unless a statement the server is counted as holding may yet be undone
+/// (`ClientStatements::preparing`).
+pub(super) fn server_statements_settled(extras: &Option<Box<Extras>>) -> bool {
+    extras
+        .as_deref()
+        .and_then(|e| e.prepared.as_deref())
+        .is_none_or(|p| !p.preparing())
+}
+
 /// Adds a client's prepared-statement counters to its pool's stats.
 pub(super) fn flush_counts(extras: &mut Option<Box<Extras>>, pool: &Pool) {
     if let Some(p) = statements(extras) {

@@ -56,13 +56,20 @@ pub fn server_message(
         }
         return ServerEdit::Remove;
     }
+    if let (Reply::PrepareThenRun(def), b'C') = (front, tag) {
+        def.valid.store(true, Ordering::Relaxed);
+        p.pop();
+        p.push_front(Reply::Sent(b'Q'));
+        return ServerEdit::Remove;
+    }
+    if let (Reply::Twice, b'C') = (front, tag) {
+        if let Some(r) = p.replies.front_mut() {
+            *r = Reply::Own(b'Q');
+        }
+        return ServerEdit::Remove;
+    }
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
-        if let Reply::Fail { error, .. } = front {
-            if body.is_some_and(|b| is_failing_code(&PgError::parse(b).code)) {
-                edit = ServerEdit::Replace(error_response(error));
-            }
-        }
         let failed_again = p.retry.failed_again(front);
         let put_back = failed_again.is_some();
         if let Some(refusal) = failed_again {
@@ -74,7 +81,8 @@ pub fn server_message(
                 stale = Some((*tag, *id, body));
             }
         }
-        if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
+        let as_is = matches!(front, Reply::Own(_) | Reply::Twice);
+        if let (ServerEdit::Keep, Some(body), false) = (&edit, body, as_is) {
             let names = &p.names;
             let used = match front {
                 Reply::SentAs(_, _, name) => name.as_ref(),
@@ -92,7 +100,10 @@ pub fn server_message(
             // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
             if matches!(
                 front,
-                Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
+                Reply::Reset { .. }
+                    | Reply::Dealloc { .. }
+                    | Reply::PrepareSql { .. }
+                    | Reply::PrepareThenRun(_)
             ) {
                 let missing = body.is_some_and(|b| PgError::parse(b).code == "26000");
                 if let Some(mut failed) = p.pop() {
