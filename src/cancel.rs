@@ -14,9 +14,6 @@
 //! their first 4 bytes all the same, and the rest travels untouched: to a peer, to the
 //! previous process of an online restart, and to a server, which gets its own key whole.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -24,15 +21,6 @@ use crate::protocol::messages;
 use crate::registry::clients::{by_cancel_key, CancelTarget, ClientState};
 use crate::registry::keys::{peer_id, TTL};
 use crate::server::{BackendKey, ServerAddr};
-
-/// `cancel_wait_timeout` in milliseconds (0: no limit), read by every cancel on its way.
-static WAIT_MS: AtomicU64 = AtomicU64::new(10_000);
-
-/// Takes `cancel_wait_timeout` from the configuration (at start and on each reload).
-pub fn configure(g: &weir_config::General) {
-    let ms = u64::try_from(g.cancel_wait_timeout.as_millis()).unwrap_or(u64::MAX);
-    WAIT_MS.store(ms, Ordering::Relaxed);
-}
 
 /// The peer a key was given out by (0: none), and what it has left to live.
 fn stamp(key: &BackendKey) -> (u32, u32) {
@@ -173,9 +161,9 @@ async fn send_to(addr: &ServerAddr, key: &BackendKey) {
     };
     // As PgBouncer's cancel_wait_timeout: a server (or peer) that never takes the request
     // must not hold it, nor keep its server from being lent, for ever.
-    let result = match WAIT_MS.load(Ordering::Relaxed) {
-        0 => Ok(send.await),
-        ms => crate::timers::timeout(Duration::from_millis(ms), send).await,
+    let result = match crate::server::cancel_wait::limit() {
+        None => Ok(send.await),
+        Some(wait) => crate::timers::timeout(wait, send).await,
     };
     match result {
         Ok(Ok(())) => tracing::debug!(server = %addr, "forwarded cancel request"),
