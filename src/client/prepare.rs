@@ -102,6 +102,13 @@ impl Session {
                 // What Weir owes for it is added once the relay has counted the message.
                 Tracking::Go
             }
+            Edit::Before => {
+                // Weir's messages go now; the client's waits for their answer.
+                splice(&mut self.inbuf, frame.start..frame.start, &out);
+                self.cframe.rewritten(frame.start, out.len());
+                self.held_back = true;
+                Tracking::Held
+            }
             Edit::Drop => {
                 // Whole (`Context::whole`): everything of it is framed.
                 let end = self.cframe.scanned();
@@ -272,11 +279,41 @@ impl Session {
         }
     }
 
+    /// A request framed while queueing names a statement the client described.
+    pub(super) fn described_ahead(&mut self) -> bool {
+        statements(&mut self.extras).is_some_and(|p| {
+            !p.described.is_empty() && p.ahead.iter().any(|d| p.described.contains_key(&d.id))
+        })
+    }
+
+    /// Before `settle_ahead`: statements the client described are looked at on the server
+    /// first (prepared::check::settle_described).
+    pub(super) async fn settle_described(
+        &mut self,
+        server: &mut crate::server::ServerConn,
+    ) -> Result<(), crate::server::ConnectError> {
+        let Some(p) = statements(&mut self.extras) else {
+            return Ok(());
+        };
+        let timeout = super::INTERNAL_QUERY_TIMEOUT;
+        if !crate::prepared::check::settle_described(p, server, timeout).await? {
+            return Ok(());
+        }
+        let mut out = BytesMut::new();
+        crate::prepared::check::fail_ahead(p, &mut out);
+        splice(&mut self.inbuf, 0..0, &out);
+        let scanned = self.cframe.scanned();
+        self.cframe.rewritten(0, scanned + out.len());
+        Ok(())
+    }
+
     /// The ids of the statements a request framed while queueing needs on the server it
     /// goes ahead to.
-    pub(super) fn ahead_needs(&mut self) -> Vec<u64> {
-        statements(&mut self.extras)
-            .map_or_else(Vec::new, |p| p.ahead.iter().map(|d| d.id).collect())
+    pub(super) fn ahead_needs(&mut self) -> Vec<(u64, Option<u64>)> {
+        statements(&mut self.extras).map_or_else(Vec::new, |p| {
+            let told = |id| p.described.get(&id).map(|d| d.hash);
+            p.ahead.iter().map(|d| (d.id, told(d.id))).collect()
+        })
     }
 
     pub(super) fn flush_prepared_stats(&mut self) {

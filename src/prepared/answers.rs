@@ -56,6 +56,30 @@ pub fn server_message(
         }
         return ServerEdit::Remove;
     }
+    match (front, tag) {
+        (Reply::Check(_), b't') => {
+            p.describing.parameters(body.unwrap_or_default());
+            return ServerEdit::Remove;
+        }
+        (Reply::Check(def), b'T' | b'n') => {
+            let id = def.id;
+            let told = p.describing.finish(body.filter(|_| tag == b'T'));
+            server.set_described(id, told.hash);
+            p.checked = Some(id);
+            p.pop();
+            return ServerEdit::Remove;
+        }
+        (Reply::SentAs(b'D', ..), b't') => p.describing.parameters(body.unwrap_or_default()),
+        (&Reply::SentAs(b'D', id, _), b'T' | b'n') => {
+            let told = p.describing.finish(body.filter(|_| tag == b'T'));
+            server.set_described(id, told.hash);
+            p.described.insert(id, told);
+        }
+        _ => {}
+    }
+    let Some(front) = p.replies.front() else {
+        return ServerEdit::Keep;
+    };
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
         if let Reply::Fail { error, .. } = front {
