@@ -191,6 +191,7 @@ pub struct App {
 impl App {
     pub fn new(config_path: PathBuf, snapshot: Snapshot) -> Arc<App> {
         crate::conn_log::configure(&snapshot.config.general);
+        crate::server::cancel_wait::configure(&snapshot.config.general);
         crate::logging::set_json(snapshot.config.general.log_format == LogFormat::Json);
         crate::login_notice::configure(&snapshot.config.general);
         Arc::new(App {
@@ -418,6 +419,7 @@ impl App {
             self.sync_reader(&pool);
         }
         crate::conn_log::configure(&snap.config.general);
+        crate::server::cancel_wait::configure(&snap.config.general);
         crate::logging::set_json(snap.config.general.log_format == LogFormat::Json);
         crate::login_notice::configure(&snap.config.general);
         crate::server::hosts::retain(|name| snap.resolve_database(name).is_some());

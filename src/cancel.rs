@@ -14,8 +14,6 @@
 //! their first 4 bytes all the same, and the rest travels untouched: to a peer, to the
 //! previous process of an online restart, and to a server, which gets its own key whole.
 
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -161,11 +159,20 @@ async fn send_to(addr: &ServerAddr, key: &BackendKey) {
             }
         }
     };
-    match crate::timers::timeout(Duration::from_secs(10), send).await {
+    // As PgBouncer's cancel_wait_timeout: a server (or peer) that never takes the request
+    // must not hold it, nor keep its server from being lent, for ever.
+    let result = match crate::server::cancel_wait::limit() {
+        None => Ok(send.await),
+        Some(wait) => crate::timers::timeout(wait, send).await,
+    };
+    match result {
         Ok(Ok(())) => tracing::debug!(server = %addr, "forwarded cancel request"),
         Ok(Err(e)) => {
             tracing::warn!(server = %addr, "could not forward cancel request: {e}")
         }
-        Err(_) => tracing::warn!(server = %addr, "timed out forwarding cancel request"),
+        Err(_) => tracing::warn!(
+            server = %addr,
+            "cancel request closing because: cancel_wait_timeout"
+        ),
     }
 }

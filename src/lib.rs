@@ -209,7 +209,9 @@ pub fn run() -> ExitCode {
         },
         sinks,
     ));
-    if let Some(p) = &pidfile {
+    // Once handed over, the file is the successor's, or about to be: reading it and then
+    // removing it could remove the successor's, written in between.
+    if let Some(p) = pidfile.as_ref().filter(|_| !takeover::handed_over()) {
         cli::remove_pidfile_if_ours(p);
     }
     takeover::remove_control_file();
@@ -247,11 +249,13 @@ async fn serve(
         offer,
         predecessor,
     } = sockets;
-    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit)) = (
+    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit), Ok(mut usr1), Ok(mut usr2)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
         signal(SignalKind::quit()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return ExitCode::FAILURE;
@@ -262,6 +266,20 @@ async fn serve(
     let app = App::new(config_path, snap);
     app.open_forced_pools();
     admin::start(&app);
+    {
+        // Until the process exits, shutdown included: unhandled, either signal would
+        // kill it.
+        let app = app.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    Some(()) = usr1.recv() => admin::control::pause_signal(&app),
+                    Some(()) = usr2.recv() => admin::control::resume_signal(&app),
+                    else => break,
+                }
+            }
+        });
+    }
     tokio::spawn(async {
         // Granularity of query_wait_notify and query_wait_timeout.
         let mut tick = timers::interval(

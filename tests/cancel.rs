@@ -260,3 +260,57 @@ async fn a_cancelled_server_waits_for_its_cancel_to_finish() {
         "B ran on the cancelled server after {waited:?}, before its cancel was done"
     );
 }
+
+/// Sends SIGCONT to the stopped postmaster whatever ends the test, so that PostgreSQL can
+/// be shut down.
+struct Continue(i32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// cancel_wait_timeout (PgBouncer's test_timeouts.py: test_cancel_wait_timeout): a cancel
+/// request the server never takes (its postmaster stopped: the kernel accepts the
+/// connection, nobody reads it) is given up after cancel_wait_timeout, logged in
+/// PgBouncer's words, where Weir used to wait a fixed 10 s. About 4 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_server_never_takes_ends_at_cancel_wait_timeout() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "session")
+        .set("cancel_wait_timeout", 1)
+        .start();
+    let a = connect(weir.port(), "postgres", "postgres").await.unwrap();
+    let token = a.cancel_token();
+    let task = tokio::spawn(async move { a.simple_query("select pg_sleep(2)").await.map(|_| ()) });
+    assert!(
+        eventually(TIMEOUT, || {
+            pg.count_backends_where("query like 'select pg_sleep(%' and state = 'active'") == 1
+        }),
+        "the query never ran"
+    );
+    let pid_file = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).unwrap();
+    let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+    let stopped = Continue(postmaster);
+    assert_eq!(unsafe { libc::kill(postmaster, libc::SIGSTOP) }, 0);
+    let sent = std::time::Instant::now();
+    token
+        .cancel_query(NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("sending the cancel request to weir failed: {e:?}"));
+    weir.wait_for_log("closing because: cancel_wait_timeout");
+    assert!(
+        sent.elapsed() < Duration::from_secs(8),
+        "given up after {:?}, not after cancel_wait_timeout",
+        sent.elapsed()
+    );
+    drop(stopped);
+    // The stopped postmaster may still act on the request it finds queued once it runs
+    // again: the query ends either way, and Weir goes on serving.
+    let _ = tokio::time::timeout(TIMEOUT, task)
+        .await
+        .expect("the query never ended");
+    assert_serving(&weir, "postgres", "postgres").await;
+}

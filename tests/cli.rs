@@ -112,6 +112,23 @@ fn invalid_value_is_rejected() {
     }
 }
 
+/// One host with two ports is refused at startup in PgBouncer's words (its test_misc.py:
+/// test_multi_port_validation looks for `invalid number of ports`). Milliseconds.
+#[test]
+fn a_port_list_that_does_not_fit_the_hosts_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = dir.path().join("ports.ini");
+    fs::write(
+        &ini,
+        "[databases]\ndb = host=127.0.0.1 port=5432,5433\n[pgbouncer]\nlisten_port = 1\n",
+    )
+    .unwrap();
+    let out = run(&[ini.to_str().unwrap()]);
+    assert!(!out.status.success(), "weir took 2 ports for 1 host");
+    let t = text(&out);
+    assert!(t.contains("invalid number of ports"), "{t}");
+}
+
 /// Reads a process's real uid from /proc.
 fn uid_of(pid: i32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -554,6 +554,41 @@ fn pgx_v5() {
     run_program(&weir, &pg, cmd, "pgx v5");
 }
 
+/// pgxpool at its defaults (QueryExecModeCacheStatement on each pooled connection): 20
+/// goroutines on a pool of 10 connections on Weir's 2 servers; parameterised queries,
+/// transactions (rolled back; committed at repeatable read with a savepoint rolled back),
+/// CopyFrom, SendBatch, then an ALTER that changes the result type of a statement every
+/// connection has cached: each is refused ("cached plan must not change result type",
+/// pgx 5.12 sends no Describe with a cached statement, so Weir's retry does not apply)
+/// and pgx prepares it again.
+#[test]
+fn pgx_v5_pool() {
+    let (pg, weir) = setup();
+    pg.exec(
+        "create table drv_pgx_ddl (id int primary key, v int);
+         insert into drv_pgx_ddl select g, g * 10 from generate_series(0, 19) g",
+    );
+    let mut cmd = clean_command(installed("bin/pgx-driver"));
+    cmd.arg("pool");
+    run_program(&weir, &pg, cmd, "pgxpool");
+    // Per worker: 10 inserts, 1 in the committed transaction, 50 copied, 20 batched.
+    assert_eq!(
+        pg.psql(
+            "select count(*), count(distinct id / 1000), count(*) filter (where v = 'tx'),
+                    count(*) filter (where v like 'c%'), count(*) filter (where v like 'b%'),
+                    count(*) filter (where v in ('lost', 'duplicate'))
+             from drv_pgx"
+        )
+        .trim(),
+        "1620|20|20|1000|400|0"
+    );
+    assert_eq!(
+        pg.psql("select pg_typeof(v), count(*) from drv_pgx_ddl group by 1")
+            .trim(),
+        "text|20"
+    );
+}
+
 fn pgjdbc_program() -> Command {
     let classpath = std::fs::read_to_string(installed("java/classpath")).expect("read classpath");
     let mut cmd = clean_command("java");
@@ -563,14 +598,25 @@ fn pgjdbc_program() -> Command {
     cmd
 }
 
-/// pgJDBC sends extra_float_digits=2 in its startup packet. PgBouncer refuses a startup
-/// parameter it does not track unless `ignore_startup_parameters` lists it (the setting
-/// PgBouncer's users give for JDBC); Weir carries it as the client's own setting (see
-/// pgjdbc_default_config) or, listed there, drops it as PgBouncer does.
+/// pgJDBC at its defaults against Weir's default configuration. From 42.7.5 on it sends no
+/// extra_float_digits to PostgreSQL 12 or later (42.7.4 sent extra_float_digits=3 in its
+/// startup packet, which PgBouncer refuses unless `ignore_startup_parameters` lists it) and
+/// sets application_name with a SET after the login: the program checks that the session's
+/// extra_float_digits is PostgreSQL's default, that its application_name stays its own, and
+/// that the fifth execution of a PreparedStatement is the first named one.
 #[test]
 fn pgjdbc() {
-    let (pg, weir) = setup_ignoring_extra_float_digits("pgjdbc");
+    let (pg, weir) = setup();
     run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
+    // Each client's 20 batched rows; the insert of its failed transaction is gone.
+    assert_eq!(
+        pg.psql(
+            "select count(*), count(distinct id / 1000), count(*) filter (where id >= 100000)
+             from drv_pgjdbc"
+        )
+        .trim(),
+        "200|10|0"
+    );
 }
 
 /// PostgreSQL with the table drv_`driver`, and Weir in transaction mode with a pool of two
@@ -588,19 +634,11 @@ fn setup_ignoring_extra_float_digits(driver: &str) -> (PgServer, Weir) {
     (pg, weir)
 }
 
-/// pgJDBC against Weir's default configuration: its extra_float_digits startup
-/// parameter is carried as the client's own setting (PgBouncer refuses it unless
-/// ignore_startup_parameters lists it).
-#[test]
-fn pgjdbc_default_config() {
-    let (pg, weir) = setup();
-    run_program(&weir, &pg, pgjdbc_program(), "pgJDBC");
-}
-
 /// sqlx at its defaults: a PgPool of 10 connections, every query a named statement in a
 /// cache of 100 per connection (evictions closed with Close), COPY both ways, errors in
-/// transactions. Like pgJDBC it sends extra_float_digits=2 at startup, which PgBouncer
-/// accepts only when `ignore_startup_parameters` lists it; here it is listed.
+/// transactions. It sends extra_float_digits=2 in its startup packet (as pgJDBC did up to
+/// 42.7.4), which PgBouncer accepts only when `ignore_startup_parameters` lists it; here it
+/// is listed.
 #[test]
 fn sqlx() {
     let (pg, weir) = setup_ignoring_extra_float_digits("sqlx");
@@ -746,4 +784,54 @@ fn prisma_replay() {
             s.spawn(move || prisma_client(port, i, meet));
         }
     });
+}
+
+/// Prisma 7's client (query compiler in WASM, generated at install time; queries through
+/// @prisma/adapter-pg, i.e. node-postgres), run with tsx as Prisma's quickstart does: 10
+/// PrismaClients at once, each with its adapter's own pg.Pool.
+fn prisma7_program(mode: &[&str]) -> Command {
+    let mut cmd = clean_command(installed("prisma/node_modules/.bin/tsx"));
+    cmd.env("NODE_PATH", installed("prisma/node_modules"))
+        .env(
+            "WEIR_PRISMA_CLIENT",
+            installed("prisma/generated/client.ts"),
+        )
+        .arg(source_dir("prisma").join("prisma7.ts"))
+        .args(mode);
+    cmd
+}
+
+/// What each of the 10 PrismaClients left in drv_prisma: 8 rows created, 1 by a committed
+/// interactive transaction, 2 by a committed batch one, none of the rolled-back ones.
+fn assert_prisma7_rows(pg: &PgServer) {
+    assert_eq!(
+        pg.psql(
+            "select count(*), count(distinct id / 1000), count(*) filter (where v = 'updated'),
+                    count(*) filter (where v = 'batch'), count(*) filter (where v = 'interactive'),
+                    count(*) filter (where v in ('lost', 'duplicate'))
+             from drv_prisma"
+        )
+        .trim(),
+        "110|10|10|30|10|0"
+    );
+}
+
+/// At the adapter's defaults every query is an unnamed statement (the program checks that
+/// the servers hold no prepared statement); interactive transactions (committed, rolled back
+/// by a throw, rolled back by PostgreSQL's error) and batch ones (`$transaction([...])`).
+#[test]
+fn prisma7() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, prisma7_program(&[]), "Prisma 7");
+    assert_prisma7_rows(&pg);
+}
+
+/// The same with the adapter's `statementNameGenerator` (node-postgres prepares each text
+/// once per connection under that name) and `pgbouncer=true` in the URL, which the adapter
+/// does not read: the statements are named all the same.
+#[test]
+fn prisma7_named_statements() {
+    let (pg, weir) = setup();
+    run_program(&weir, &pg, prisma7_program(&["named"]), "Prisma 7");
+    assert_prisma7_rows(&pg);
 }

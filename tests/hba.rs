@@ -101,6 +101,7 @@ fn certificates_log_users_in() {
     let certs = Certs::new();
     certs.client("alice", "alice");
     certs.client("mapped", "Alice Cert");
+    certs.client("carol", "carol");
     let dir = tempfile::tempdir().expect("tmp");
     let weir = hba_weir(
         &pg,
@@ -142,6 +143,13 @@ fn certificates_log_users_in() {
         e.contains("certificate authentication failed for user \"bob\""),
         "{e}"
     );
+    // A certificate the map does not name for alice: refused, logged in PgBouncer's words.
+    let e = tcp(&weir, "alice", None, &with("carol")).expect_err("carol's cert as alice");
+    assert!(
+        e.contains("certificate authentication failed for user \"alice\""),
+        "{e}"
+    );
+    weir.wait_for_log("ident map: certs does not have a match");
     let e = tcp(&weir, "alice", None, "sslmode=disable").expect_err("plain");
     assert!(e.contains("SSL required") || e.contains("rejects"), "{e}");
 }
@@ -212,6 +220,7 @@ fn peer_with_a_map() {
         e.contains("Peer authentication failed for user \"bob\""),
         "{e}"
     );
+    weir.wait_for_log("ident map os cannot be matched");
 }
 
 /// A broken hba file stops Weir at startup, naming the file and line.

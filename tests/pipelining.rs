@@ -400,7 +400,8 @@ async fn stray_cancel_behind(pg: &PgServer, extended: bool, behind: bool) {
     let a = connect(port, "postgres", "postgres").await.unwrap();
     let c = connect(port, "postgres", "postgres").await.unwrap();
     let a_task = tokio::spawn(async move {
-        let sql = "insert into stray select 1 from pg_sleep(0.5)";
+        // Long enough for the psql below to start and cancel it on a loaded machine.
+        let sql = "insert into stray select 1 from pg_sleep(2)";
         let r = match extended {
             false => q(&a, sql).await.map(|_| ()),
             true => a.query_typed(sql, &[]).await.map(|_| ()),

@@ -150,6 +150,23 @@ fn through_weir_on_a_server_that_never_held_the_statement() {
         stored(&pg, "select string_agg(v, ',' order by v) from sink"),
         "41,44"
     );
+    // The refusal in the block is PostgreSQL's own error, logged as a direct connection
+    // logs it (the one outside a block is Weir's, and not logged at all).
+    assert_eq!(logged_errors(&pg), [CHANGED, ABORTED]);
+}
+
+const CHANGED: &str = "cached plan must not change result type";
+const ABORTED: &str =
+    "current transaction is aborted, commands ignored until end of transaction block";
+
+/// The messages of the ERROR lines in PostgreSQL's log: none may be of Weir's making.
+fn logged_errors(pg: &PgServer) -> Vec<String> {
+    // PostgreSQL writes its log as it goes: give a slow disk a moment.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = pg.log();
+    log.lines()
+        .filter_map(|l| l.split_once(" ERROR:  ").map(|(_, m)| m.to_string()))
+        .collect()
 }
 
 /// What PostgreSQL holds, read on a connection of its own.
@@ -191,6 +208,7 @@ fn through_weir_after_queueing() {
     assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
     other.simple_query("rollback").unwrap();
     assert_eq!(c.query_one("select pg_backend_pid()"), other_pid);
+    assert_eq!(logged_errors(&pg), [CHANGED, CHANGED]);
 }
 
 /// Two clients take both servers in a transaction each: (the one holding the server

@@ -177,3 +177,63 @@ async fn sigterm_immediate_exits_at_once() {
     );
     assert_eq!(pg.psql("select count(*) from t"), "0");
 }
+
+/// SIGUSR1 and SIGUSR2 are PgBouncer's PAUSE and RESUME (its test_misc.py:
+/// test_sigusr2_during_shutdown): a query sent while paused waits and runs on SIGUSR2,
+/// and during a shutdown SIGUSR2 is ignored, with PgBouncer's log lines. Unhandled,
+/// either signal would end the process (the default action). About 1 s.
+#[test]
+fn sigusr1_pauses_and_sigusr2_resumes() {
+    use common::console::ok;
+    let pg = PgServer::start();
+    let mut weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("admin_users", "postgres")
+        .start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    let mut a = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).unwrap();
+
+    weir.signal(libc::SIGUSR1);
+    weir.wait_for_log("got SIGUSR1, pausing all activity");
+    assert_eq!(
+        ok(&mut a, "SHOW STATE").get("key", "paused", "value"),
+        "yes"
+    );
+    c.set_read_timeout(Duration::from_millis(300));
+    c.send(&proto::query("select 'held'"));
+    assert!(
+        c.read_message().is_err(),
+        "a query ran while paused\n{}",
+        weir.log_tail()
+    );
+    weir.signal(libc::SIGUSR1);
+    weir.wait_for_log("got SIGUSR1, but already paused/suspended");
+
+    weir.signal(libc::SIGUSR2);
+    c.set_read_timeout(TIMEOUT);
+    let rows: Vec<_> = c
+        .read_until_ready()
+        .into_iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| proto::data_row(&m.body))
+        .collect();
+    assert_eq!(rows, vec![vec![Some("held".to_owned())]]);
+    weir.wait_for_log("got SIGUSR2, continuing from PAUSE");
+    weir.signal(libc::SIGUSR2);
+    weir.wait_for_log("got SIGUSR2, but not paused/suspended");
+
+    assert_eq!(
+        ok(&mut a, "SHUTDOWN WAIT_FOR_CLIENTS").tags,
+        vec!["SHUTDOWN"]
+    );
+    weir.signal(libc::SIGUSR2);
+    weir.wait_for_log("got SIGUSR2 while shutting down, ignoring");
+    assert_eq!(c.query_one("select 'still served'"), "still served");
+    c.send(&proto::terminate());
+    assert!(
+        weir.wait_exit(TIMEOUT).is_some(),
+        "no exit once the client left\n{}",
+        weir.log_tail()
+    );
+}

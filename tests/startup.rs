@@ -70,7 +70,7 @@ fn psql_with_sslmode_prefer() {
 /// Beyond PgBouncer (which refuses what it does not track unless ignore_startup_parameters
 /// lists it): any other startup setting, and the `-c` settings of `options` (PGOPTIONS),
 /// are the client's own in transaction mode, on whichever server it is lent, and no other
-/// client's. pgJDBC and sqlx send extra_float_digits at their defaults.
+/// client's. sqlx sends extra_float_digits at its defaults, as pgJDBC did up to 42.7.4.
 #[test]
 fn startup_settings_follow_the_client() {
     let pg = PgServer::start();
@@ -162,6 +162,45 @@ fn ignore_startup_parameters_applies_to_the_settings_of_options() {
     .unwrap_or_else(|e| panic!("options refused: {e:?}"));
     assert_eq!(c.query_one("show extra_float_digits"), "1");
     assert_eq!(c.query_one("show geqo"), "off");
+}
+
+/// As PgBouncer's test_options_startup_param: an `options` that is not `-c`/`--` settings
+/// is refused in PgBouncer's words; with `options` itself in ignore_startup_parameters the
+/// tracked settings in it still apply and the others are dropped, and a malformed one is
+/// still refused. About 1 s.
+#[test]
+fn options_are_refused_and_ignored_as_pgbouncer_does() {
+    let pg = PgServer::start();
+    let refused = |weir: &Weir, options: &str| {
+        let e = RawConn::startup(weir.port(), "postgres", "postgres", &[("options", options)])
+            .err()
+            .unwrap_or_else(|| panic!("options {options:?} were taken"));
+        assert_eq!(
+            e.message,
+            "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed"
+        );
+    };
+    let weir = Weir::for_pg(&pg).start();
+    refused(&weir, "-d");
+    refused(&weir, "-c timezone");
+
+    let weir = Weir::for_pg(&pg)
+        .set("ignore_startup_parameters", "options")
+        .start();
+    let mut c = RawConn::startup(
+        weir.port(),
+        "postgres",
+        "postgres",
+        &[(
+            "options",
+            "-c enable_seqscan=false -ctimezone=Europe/Lisbon --datestyle=German,\\ YMD",
+        )],
+    )
+    .unwrap_or_else(|e| panic!("options refused: {e:?}"));
+    assert_eq!(c.query_one("show enable_seqscan"), "on");
+    assert_eq!(c.query_one("show timezone"), "Europe/Lisbon");
+    assert_eq!(c.query_one("show datestyle"), "German, YMD");
+    refused(&weir, "-d");
 }
 
 /// The parameters Weir tracks are accepted without configuration.

@@ -106,6 +106,11 @@ fn bursts_to_pg(log: &[(bool, Vec<u8>)]) -> Vec<Vec<u8>> {
     out
 }
 
+/// States put on a server by a query of their own, a round trip apart (SHOW STATS).
+fn applied_apart(console: &mut RawConn) -> i64 {
+    ok(console, "SHOW STATS").num("database", "postgres", "total_state_round_trip_count")
+}
+
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -138,17 +143,22 @@ fn two_with_state(weir: &Weir) -> Vec<(RawConn, String)> {
     clients
 }
 
+/// `two_with_state`, each having run ASK once: what follows is hand-overs only.
+fn two_that_ran(weir: &Weir) -> Vec<(RawConn, String)> {
+    let mut clients = two_with_state(weir);
+    for (c, want) in clients.iter_mut() {
+        assert_eq!(&c.query_one(ASK), want);
+    }
+    clients
+}
+
 /// Two clients with their own search_path and application_name take turns on one
 /// server: every turn needs the server put into the other's state, and each goes in one
 /// write with the request (simple and extended protocol), and each answer is right.
 #[test]
 fn state_goes_in_the_same_write_as_the_request() {
     let (_pg, log, weir) = proxied();
-    let mut clients = two_with_state(&weir);
-    // Each has run once: what follows is hand-overs only.
-    for (c, want) in clients.iter_mut() {
-        assert_eq!(&c.query_one(ASK), want);
-    }
+    let mut clients = two_that_ran(&weir);
     let mut console = admin(&weir);
     let counts = |console: &mut RawConn| {
         let stats = ok(console, "SHOW STATS");
@@ -250,17 +260,246 @@ fn a_failed_state_query_keeps_the_request_from_running() {
     assert_eq!(b.query_one("select current_user"), "postgres");
     pg.exec("drop owned by r_gone; drop role r_gone;");
     let mut console = admin(&weir);
-    let apart = |console: &mut RawConn| {
-        ok(console, "SHOW STATS").num("database", "postgres", "total_state_round_trip_count")
-    };
-    let before = apart(&mut console);
+    let before = applied_apart(&mut console);
     a.send(&query("insert into t_gone values (1)"));
     let e = a.error_or_eof().expect("the insert ran without its role");
     assert!(e.message.contains("r_gone"), "{e:?}");
-    assert_eq!(apart(&mut console), before, "the state query ran apart");
+    assert_eq!(
+        applied_apart(&mut console),
+        before,
+        "the state query ran apart"
+    );
     assert_eq!(pg.psql("select count(*) from t_gone"), "0");
     // The server is gone with the failure; b is served on a fresh one.
     assert_eq!(b.query_one("select current_user"), "postgres");
+}
+
+/// Transaction blocks of clients with state of their own, as drivers that are not in
+/// autocommit send them: BEGIN as a Query of its own (psycopg, Django, Active Record,
+/// node-postgres), or BEGIN parsed and run in front of the first statement up to one Sync
+/// (pgJDBC). The state goes in the same write as BEGIN: a hand-over costs no round trip
+/// of its own, and every row PostgreSQL stores carries its client's search_path.
+#[test]
+fn a_block_with_state_costs_no_round_trip_of_its_own() {
+    let (pg, log, weir) = proxied();
+    pg.exec("create table blocks (turn int, seen text)");
+    let mut clients = two_that_ran(&weir);
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    log.lock().unwrap().clear();
+    let turns = 8;
+    let insert =
+        |turn: usize| format!("insert into blocks values ({turn}, current_setting('search_path'))");
+    let mut expected_bursts = 0;
+    for turn in 0..turns {
+        let (c, _) = &mut clients[turn % 2];
+        if turn % 4 < 2 {
+            for sql in ["BEGIN".to_string(), insert(turn), "COMMIT".to_string()] {
+                c.simple_query(&sql)
+                    .unwrap_or_else(|e| panic!("turn {turn}: {sql}: {e:?}"));
+            }
+            expected_bursts += 3;
+        } else {
+            c.send(
+                &[
+                    parse("", "BEGIN"),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    parse("", &insert(turn)),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    sync(),
+                ]
+                .concat(),
+            );
+            let msgs = c.read_until_ready();
+            assert!(
+                msgs.iter().all(|m| m.tag != b'E')
+                    && msgs.last().map(|m| m.body.clone()) == Some(b"T".to_vec()),
+                "turn {turn}: {msgs:?}"
+            );
+            c.simple_query("COMMIT").expect("commit");
+            expected_bursts += 2;
+        }
+    }
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    let shown: Vec<String> = bursts
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert_eq!(bursts.len(), expected_bursts, "round trips: {shown:?}");
+    let firsts = bursts
+        .iter()
+        .filter(|b| contains(b, "SET \"search_path\" TO"))
+        .count();
+    assert_eq!(firsts, turns, "the state went with each BEGIN: {shown:?}");
+    assert_eq!(applied_apart(&mut console), before, "state applied apart");
+    let rows = pg.psql("select string_agg(turn || '=' || seen, ';' order by turn) from blocks");
+    let want: Vec<String> = (0..turns)
+        .map(|t| format!("{t}=s_{}, public", ["a", "b"][t % 2]))
+        .collect();
+    assert_eq!(rows, want.join(";"));
+}
+
+/// Clients with state of their own that SET their search_path at each turn, as a
+/// schema-per-tenant app does at each checkout: the state goes in front of the SET, the
+/// read-back behind it, all in one write; the query after it needs no state, since the
+/// server is the client's already. Two round trips per turn, and each answer right.
+#[test]
+fn a_set_with_state_in_front_and_its_read_back_behind_is_one_write() {
+    let (_pg, log, weir) = proxied();
+    let mut clients = two_that_ran(&weir);
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    log.lock().unwrap().clear();
+    let turns = 8;
+    for turn in 0..turns {
+        let name = ["a", "b"][turn % 2];
+        let (c, _) = &mut clients[turn % 2];
+        c.simple_query(&format!("SET search_path TO s_{name}_{turn}, public"))
+            .expect("set");
+        assert_eq!(
+            c.query_one(ASK),
+            format!("s_{name}_{turn}, public/app_{name}")
+        );
+    }
+    let bursts = bursts_to_pg(&log.lock().unwrap());
+    let shown: Vec<String> = bursts
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    assert_eq!(bursts.len(), 2 * turns, "round trips: {shown:?}");
+    for turn in 0..turns {
+        let b = &bursts[2 * turn];
+        assert!(
+            contains(b, "BEGIN\0") && contains(b, "SET search_path TO s_"),
+            "turn {turn}: the state did not go with the SET: {shown:?}"
+        );
+    }
+    assert_eq!(applied_apart(&mut console), before, "state applied apart");
+}
+
+/// A block opened by extended-protocol messages and closed by a Query of SETs with no
+/// Sync between them (one request): the state goes in front, its answers are removed,
+/// and the client gets exactly its own answers; no read-back is written behind a request
+/// that opened a block.
+#[test]
+fn an_extended_begin_then_a_query_of_sets_gets_its_own_answers() {
+    let (_pg, _log, weir) = proxied();
+    let mut clients = two_with_state(&weir);
+    for round in 0..3 {
+        for (i, (c, want)) in clients.iter_mut().enumerate() {
+            let mem = format!("{}MB", 8 + round * 2 + i);
+            c.send(
+                &[
+                    parse("", "BEGIN"),
+                    bind("", "", &[]),
+                    execute("", 0),
+                    query(&format!("SET work_mem = '{mem}'")),
+                ]
+                .concat(),
+            );
+            let msgs = c.read_until_ready();
+            let tags: String = msgs.iter().map(|m| m.tag_char()).collect();
+            assert_eq!(tags, "12CCZ", "round {round}, client {i}: {msgs:?}");
+            assert_eq!(msgs[4].body, b"T", "{msgs:?}");
+            assert_eq!(c.query_one("show work_mem"), mem);
+            c.simple_query("COMMIT").expect("commit");
+            assert_eq!(&c.query_one(ASK), want);
+            assert_eq!(c.query_one("show work_mem"), mem);
+        }
+    }
+}
+
+/// What could end the block a failed state query leaves (COMMIT, ROLLBACK first), and
+/// several requests written at once, take the state query apart, a round trip of its own.
+#[test]
+fn requests_that_could_end_the_block_take_the_state_apart() {
+    let (_pg, _log, weir) = proxied();
+    let mut clients = two_with_state(&weir);
+    let mut console = admin(&weir);
+    let requests = [
+        query("COMMIT"),
+        query("/* a comment */ ROLLBACK; BEGIN; COMMIT"),
+        [query("BEGIN"), query("COMMIT")].concat(),
+        [
+            parse("", "ROLLBACK"),
+            bind("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    ];
+    for (n, request) in requests.iter().enumerate() {
+        let (c, want) = &mut clients[n % 2];
+        let before = applied_apart(&mut console);
+        c.send(request);
+        let readies = if n == 2 { 2 } else { 1 };
+        for _ in 0..readies {
+            let msgs = c.read_until_ready();
+            assert!(msgs.iter().all(|m| m.tag != b'E'), "request {n}: {msgs:?}");
+        }
+        assert_eq!(applied_apart(&mut console), before + 1, "request {n}");
+        assert_eq!(&c.query_one(ASK), want);
+    }
+}
+
+/// The state cannot be put on the server (the role the clients set is dropped): a block
+/// sent behind the failed state query never runs, as a Query of BEGIN alone, as one Query
+/// of the whole block, and as extended-protocol messages up to a Sync.
+#[test]
+fn a_failed_state_query_keeps_the_block_from_running() {
+    let pg = PgServer::start();
+    pg.exec("create role r_gone2; grant all on schema public to r_gone2;");
+    pg.exec("create table t_gone2 (v int); grant all on t_gone2 to r_gone2;");
+    let weir = pooled(&pg, 1);
+    let mut gone: Vec<RawConn> = (0..5)
+        .map(|_| {
+            let mut a = client(&weir);
+            a.simple_query("SET ROLE r_gone2").expect("set role");
+            assert_eq!(a.query_one("select current_user"), "r_gone2");
+            a
+        })
+        .collect();
+    let mut b = client(&weir);
+    assert_eq!(b.query_one("select current_user"), "postgres");
+    pg.exec("drop owned by r_gone2; drop role r_gone2;");
+    let mut console = admin(&weir);
+    let before = applied_apart(&mut console);
+    let requests = [
+        query("BEGIN"),
+        query("begin; insert into t_gone2 values (1); commit"),
+        [
+            parse("", "START TRANSACTION"),
+            bind("", "", &[]),
+            execute("", 0),
+            parse("", "insert into t_gone2 values (2)"),
+            bind("", "", &[]),
+            execute("", 0),
+            parse("", "COMMIT"),
+            bind("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+        // Had it run as the login role, the insert below would see its search_path.
+        query("SET search_path TO gone_path, public"),
+        // Two requests in one write: the state query runs apart first.
+        [query("BEGIN"), query("insert into t_gone2 values (3)")].concat(),
+    ];
+    for (a, request) in gone.iter_mut().zip(requests) {
+        a.send(&request);
+        let e = a.error_or_eof().expect("the block ran without its role");
+        assert!(e.message.contains("r_gone2"), "{e:?}");
+        // Had the block run as the login role, its insert would be there now.
+        assert_eq!(pg.psql("select count(*) from t_gone2"), "0");
+        assert_eq!(b.query_one("select current_user"), "postgres");
+    }
+    assert_eq!(
+        applied_apart(&mut console),
+        before + 1,
+        "only the two requests written at once take the state query apart"
+    );
 }
 
 /// Named statements prepared and run by clients with their own application_name taking

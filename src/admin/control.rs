@@ -110,19 +110,8 @@ pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
     }
     if arg.is_empty() {
         tracing::info!("PAUSE command issued");
-        state().mode = Mode::Paused;
-        sync_gates();
-        let pools = pools_of(app, None);
-        for p in &pools {
-            retire_servers(p);
-        }
-        wait_until(|| {
-            for p in &pools_of(app, None) {
-                retire_idle(p);
-            }
-            busy_servers(&pools_of(app, None)) == 0 || state().mode != Mode::Paused
-        })
-        .await;
+        enter_pause(app);
+        release_paused_servers(app).await;
         return Ok("PAUSE");
     }
     tracing::info!("PAUSE '{arg}' command issued");
@@ -142,6 +131,61 @@ pub async fn pause(app: &App, arg: &str) -> Result<&'static str, String> {
     })
     .await;
     Ok("PAUSE")
+}
+
+fn enter_pause(app: &App) {
+    state().mode = Mode::Paused;
+    sync_gates();
+    for p in &pools_of(app, None) {
+        retire_servers(p);
+    }
+}
+
+/// A global PAUSE's second half: servers close as their transactions end, until none is
+/// left or the pause is lifted.
+async fn release_paused_servers(app: &App) {
+    wait_until(|| {
+        for p in &pools_of(app, None) {
+            retire_idle(p);
+        }
+        busy_servers(&pools_of(app, None)) == 0 || state().mode != Mode::Paused
+    })
+    .await;
+}
+
+/// SIGUSR1, as in PgBouncer: a global PAUSE that nobody waits on.
+pub fn pause_signal(app: &Arc<App>) {
+    if state().mode != Mode::Running {
+        tracing::info!("got SIGUSR1, but already paused/suspended");
+        return;
+    }
+    tracing::info!("got SIGUSR1, pausing all activity");
+    enter_pause(app);
+    let app = app.clone();
+    tokio::spawn(async move { release_paused_servers(&app).await });
+}
+
+/// SIGUSR2, as in PgBouncer: a global RESUME, from PAUSE or SUSPEND (databases paused
+/// one by one stay paused). Ignored while shutting down, as the console's RESUME is
+/// refused then: resuming would take clients the shutdown is letting go.
+pub fn resume_signal(app: &App) {
+    if app.shutdown.is_cancelled() || shutdown_mode().is_some() {
+        tracing::info!("got SIGUSR2 while shutting down, ignoring");
+        return;
+    }
+    let mut st = state();
+    match st.mode {
+        Mode::Suspended => tracing::info!("got SIGUSR2, continuing from SUSPEND"),
+        Mode::Paused => tracing::info!("got SIGUSR2, continuing from PAUSE"),
+        Mode::Running => {
+            tracing::info!("got SIGUSR2, but not paused/suspended");
+            return;
+        }
+    }
+    st.mode = Mode::Running;
+    drop(st);
+    sync_gates();
+    wake_resumed();
 }
 
 /// Closes a pool's idle servers (PAUSE disconnects from the servers it no longer uses).

@@ -141,11 +141,16 @@ pub fn check_cert(
         None => name == user,
     };
     if ok {
-        Ok(())
-    } else {
-        tracing::info!("certificate name \"{name}\" does not match user \"{user}\"");
-        Err(failed())
+        return Ok(());
     }
+    // PgBouncer's words when a map is in play, with the names it leaves out.
+    match map {
+        Some(m) => tracing::info!(
+            "ident map: {m} does not have a match (certificate name \"{name}\", user \"{user}\")"
+        ),
+        None => tracing::info!("certificate name \"{name}\" does not match user \"{user}\""),
+    }
+    Err(failed())
 }
 
 /// The name of an OS user id.
@@ -188,9 +193,13 @@ pub fn check_peer(
         None => name == user,
     };
     if ok {
-        Ok(())
-    } else {
-        tracing::info!("OS user \"{name}\" does not match user \"{user}\"");
-        Err(failed())
+        return Ok(());
     }
+    match map {
+        Some(m) => {
+            tracing::info!("ident map {m} cannot be matched (OS user \"{name}\", user \"{user}\")")
+        }
+        None => tracing::info!("OS user \"{name}\" does not match user \"{user}\""),
+    }
+    Err(failed())
 }

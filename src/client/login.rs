@@ -285,24 +285,29 @@ pub async fn login(
                 })?;
             }
             n if n.starts_with("_pq_.") => unsupported_options.push(name.to_owned()),
-            _ if ignored(name) => {}
             // Beyond PgBouncer, which refuses what it does not track: any other setting
-            // (pgJDBC's and sqlx's extra_float_digits, PGOPTIONS) becomes one the
+            // (sqlx's extra_float_digits, pgJDBC's up to 42.7.4, PGOPTIONS) becomes one the
             // client made, carried to every server it is lent (see client::state).
             "options" => {
                 let Some(pairs) = crate::gucs::from_options(value) else {
                     return Err(PgError::fatal(
                         "08P01",
-                        "unsupported startup parameter: options (only -c name=value settings)",
+                        "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed",
                     )
                     .into());
                 };
                 // As PgBouncer 1.21+ reads them: each `-c` setting is a startup
                 // parameter of its own, dropped when ignore_startup_parameters lists it.
-                for (n, v) in pairs.iter().filter(|(n, _)| !ignored(n)) {
+                // Listing `options` itself drops all but the tracked ones, which
+                // PgBouncer still applies.
+                let all_ignored = ignored("options");
+                for (n, v) in pairs.iter().filter(|(n, _)| {
+                    !ignored(n) && (!all_ignored || crate::params::tracked_name(n).is_some())
+                }) {
                     startup_setting(&mut requested, &mut settings, n, v);
                 }
             }
+            _ if ignored(name) => {}
             n => startup_setting(&mut requested, &mut settings, n, value),
         }
     }

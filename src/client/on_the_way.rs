@@ -73,7 +73,8 @@ impl Session {
     /// only if it does not begin by ending the block (COMMIT, ROLLBACK) and nothing after
     /// it is written before the query's answer is in (the relay frames nothing more
     /// meanwhile). A plain request (sql::pipeline) is one whole implicit transaction of
-    /// a statement that reads or writes rows, and nothing is framed after it.
+    /// a statement that reads or writes rows, and nothing is framed after it; so is one
+    /// whole request that opens a block (`opens_block_alone`).
     fn may_go_on_the_way(&mut self, held: &mut Lease) -> bool {
         if self.mode == PoolMode::Session {
             return false;
@@ -82,7 +83,38 @@ impl Session {
         if self.scan_client(Some(&mut held.statements)).is_err() {
             return false;
         }
-        self.exchange.has(PLAIN) && self.cframe.scanned() > 0
+        self.cframe.scanned() > 0 && (self.exchange.has(PLAIN) || self.led_by_a_refusable())
+    }
+
+    /// One whole request (a Query, or extended-protocol messages up to their Sync) whose
+    /// first message is a Query or Parse of BEGIN or START TRANSACTION (the transactions
+    /// of ORMs and drivers that are not in autocommit), or a Query of SETs and RESETs only
+    /// (a schema-per-tenant app's `SET search_path` at each checkout). In the block a
+    /// failed state query leaves, PostgreSQL refuses that first statement (only COMMIT,
+    /// ROLLBACK and PREPARE TRANSACTION pass there) and so skips the rest of the Query, or
+    /// all up to the Sync.
+    fn led_by_a_refusable(&self) -> bool {
+        let x = &self.exchange;
+        if x.pending != 1 || x.has(UNSYNCED) || !self.cframe.at_boundary() {
+            return false;
+        }
+        let framed = self.inbuf.get(..self.cframe.scanned()).unwrap_or_default();
+        let (Some(&tag), Some(len)) = (framed.first(), framed.get(1..5)) else {
+            return false;
+        };
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let Some(body) = framed.get(5..(1 + len).max(5)) else {
+            return false;
+        };
+        match tag {
+            b'Q' => {
+                let text = body.strip_suffix(b"\0").unwrap_or(body);
+                crate::sql::opens_block(text) || crate::sql::effects::only_settings(text)
+            }
+            // The statement's name, then its text.
+            b'P' => crate::sql::opens_block(body.splitn(3, |&c| c == 0).nth(1).unwrap_or_default()),
+            _ => false,
+        }
     }
 
     /// Puts whole messages of Weir's in front of what the client sent, to be written
@@ -174,7 +206,13 @@ impl Session {
         };
         let body = frame.body.clone().unwrap_or_default();
         let body = self.outbuf.get(body).unwrap_or_default();
-        if let Some(mut rb) = self.extras.as_mut().and_then(|x| x.read_back.take()) {
+        // While the read-back is still behind the request (TRAILING), what is owed is the
+        // state query in front of it.
+        let read_back = match self.exchange.has(TRAILING) {
+            true => None,
+            false => self.extras.as_mut().and_then(|x| x.read_back.take()),
+        };
+        if let Some(mut rb) = read_back {
             match frame.tag {
                 b'D' => match crate::server::data_row(body) {
                     Some(row) => rb.rows.push(row),

@@ -143,7 +143,10 @@ impl Session {
     }
 
     /// Whether the client's request is all written and it owes only its answer: others
-    /// may be sent behind it.
+    /// may be sent behind it. Not while a statement it prepares is unanswered: a request
+    /// boarding is checked against the statements the server is counted as holding, and
+    /// one the request's failure undoes would be missing (the request behind got 26000,
+    /// and a Parse Weir then added for it took its first ParseComplete).
     fn may_board(&self) -> bool {
         let x = &self.exchange;
         x.pending == 1
@@ -152,6 +155,7 @@ impl Session {
             && !self.held_back
             && self.cframe.scanned() == 0
             && self.cframe.at_boundary()
+            && super::prepare::server_statements_settled(&self.extras)
     }
 
     /// Once the client's plain request is all written and owes only its answer, lets

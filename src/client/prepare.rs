@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use super::{Extras, Session};
 use crate::pool::Pool;
 use crate::prepared::answers::{self, ServerEdit};
+use crate::prepared::check;
 use crate::prepared::retry;
 use crate::prepared::rewrite::{self, Context, Edit};
 use crate::prepared::{ClientStatements, ServerStatements};
@@ -286,8 +287,10 @@ impl Session {
         })
     }
 
-    /// Before `settle_ahead`: statements the client described are looked at on the server
-    /// first (prepared::check::settle_described).
+    /// Before `settle_ahead`: on the idle server a request framed while queueing got,
+    /// before anything of it is written, the statements it names that the client
+    /// described are looked at (prepared::check::to_settle); one whose description is
+    /// not the client's makes the request fail in its place.
     pub(super) async fn settle_described(
         &mut self,
         server: &mut crate::server::ServerConn,
@@ -295,12 +298,17 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return Ok(());
         };
-        let timeout = super::INTERNAL_QUERY_TIMEOUT;
-        if !crate::prepared::check::settle_described(p, server, timeout).await? {
+        let mut changed = false;
+        for s in check::to_settle(p, &mut server.statements) {
+            if let Some(hash) = described_on(server, &s.batch).await? {
+                changed |= check::settled(p, &mut server.statements, &s, hash);
+            }
+        }
+        if !changed {
             return Ok(());
         }
         let mut out = BytesMut::new();
-        crate::prepared::check::fail_ahead(p, &mut out);
+        check::fail_ahead(p, &mut out);
         splice(&mut self.inbuf, 0..0, &out);
         let scanned = self.cframe.scanned();
         self.cframe.rewritten(0, scanned + out.len());
@@ -318,6 +326,43 @@ impl Session {
 
     pub(super) fn flush_prepared_stats(&mut self) {
         flush_counts(&mut self.extras, &self.pool);
+    }
+}
+
+/// Writes Weir's batch of `check::to_settle` and reads its answers: the description's
+/// hash, or None for an error.
+async fn described_on(
+    server: &mut crate::server::ServerConn,
+    batch: &[u8],
+) -> Result<Option<u64>, crate::server::ConnectError> {
+    use crate::server::ConnectError;
+    use tokio::io::AsyncWriteExt;
+    let work = async {
+        server.stream.write_all(batch).await?;
+        let mut buf = BytesMut::with_capacity(256);
+        let mut describing = check::Describing::default();
+        let mut got = None;
+        loop {
+            let msg = crate::protocol::reader::read_message(&mut server.stream, &mut buf, 1 << 30)
+                .await?;
+            match msg.tag {
+                b't' => describing.parameters(&msg.body),
+                b'T' => got = Some(describing.finish(Some(&msg.body)).hash),
+                b'n' => got = Some(describing.finish(None).hash),
+                b'E' => got = None,
+                b'Z' if buf.is_empty() && msg.body.first() == Some(&b'I') => return Ok(got),
+                b'Z' => {
+                    return Err(ConnectError::Protocol(
+                        "unexpected answer to Weir's Describe",
+                    ))
+                }
+                _ => {}
+            }
+        }
+    };
+    match crate::timers::timeout(super::INTERNAL_QUERY_TIMEOUT, work).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout),
     }
 }
 
@@ -378,6 +423,15 @@ pub(super) fn replies_settled(extras: &Option<Box<Extras>>, unsent_retry: bool) 
         .as_deref()
         .and_then(|e| e.prepared.as_deref())
         .is_none_or(|p| p.replies.is_empty() && (unsent_retry || !p.retry.in_flight()))
+}
+
+/// True unless a statement the server is counted as holding may yet be undone
+/// (`ClientStatements::preparing`).
+pub(super) fn server_statements_settled(extras: &Option<Box<Extras>>) -> bool {
+    extras
+        .as_deref()
+        .and_then(|e| e.prepared.as_deref())
+        .is_none_or(|p| !p.preparing())
 }
 
 /// Adds a client's prepared-statement counters to its pool's stats.

@@ -412,6 +412,9 @@ impl Session {
                     }
                 }
             }
+            // A Query after extended-protocol messages with no Sync is of their request,
+            // which may have opened a block: no read-back goes behind it.
+            let after_extended = self.exchange.has(UNSYNCED);
             let x = &mut self.exchange;
             match frame.tag {
                 b'X' => {
@@ -446,7 +449,11 @@ impl Session {
             // Only on a server: a request framed while queueing may yet be refused there
             // (fail_request), and what was written behind it would be taken for the
             // client's next.
-            if frame.tag == b'Q' && pooled && server.is_some() && self.read_back_on_the_way(&frame)
+            if frame.tag == b'Q'
+                && !after_extended
+                && pooled
+                && server.is_some()
+                && self.read_back_on_the_way(&frame)
             {
                 // Nothing more is framed until the read-back's answer is in.
                 return Ok(());

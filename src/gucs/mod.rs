@@ -413,7 +413,8 @@ pub enum Way {
 /// open and aborted, and refuses what follows (25P02) instead of running the client's
 /// request in the wrong state. So the request behind must not begin with a statement
 /// that ends a block (COMMIT, ROLLBACK, ...), and nothing after its first Query or Sync
-/// may follow in the write: a plain request (sql::pipeline) is one such. Settings are
+/// may follow in the write: a plain request (sql::pipeline) is one such, and so is one
+/// led by BEGIN or made of SETs (client::on_the_way). Settings are
 /// made by SET where that says the same as set_config() (`set_statement`), and no guard
 /// comes first: this is only written where no timeout under a second is in force
 /// (`leaves_time`), and it runs in microseconds.

@@ -56,6 +56,18 @@ pub fn server_message(
         }
         return ServerEdit::Remove;
     }
+    if let (Reply::PrepareThenRun(def), b'C') = (front, tag) {
+        def.valid.store(true, Ordering::Relaxed);
+        p.pop();
+        p.push_front(Reply::Sent(b'Q'));
+        return ServerEdit::Remove;
+    }
+    if let (Reply::Twice, b'C') = (front, tag) {
+        if let Some(r) = p.replies.front_mut() {
+            *r = Reply::Own(b'Q');
+        }
+        return ServerEdit::Remove;
+    }
     match (front, tag) {
         (Reply::Check(_), b't') => {
             p.describing.parameters(body.unwrap_or_default());
@@ -80,12 +92,14 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
+    if let (Reply::Raise, b'1' | b'2') = (front, tag) {
+        return ServerEdit::Remove;
+    }
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
-        if let Reply::Fail { error, .. } = front {
-            if body.is_some_and(|b| is_failing_code(&PgError::parse(b).code)) {
-                edit = ServerEdit::Replace(error_response(error));
-            }
+        let raised = body.is_some_and(|b| PgError::parse(b).code == "0A000");
+        if let (Reply::Raise, true) = (front, raised) {
+            edit = ServerEdit::Replace(error_response(&super::check::changed()));
         }
         let failed_again = p.retry.failed_again(front);
         let put_back = failed_again.is_some();
@@ -98,7 +112,8 @@ pub fn server_message(
                 stale = Some((*tag, *id, body));
             }
         }
-        if let (ServerEdit::Keep, Some(body)) = (&edit, body) {
+        let as_is = matches!(front, Reply::Own(_) | Reply::Twice);
+        if let (ServerEdit::Keep, Some(body), false) = (&edit, body, as_is) {
             let names = &p.names;
             let used = match front {
                 Reply::SentAs(_, _, name) => name.as_ref(),
@@ -116,7 +131,10 @@ pub fn server_message(
             // A simple query's error ends nothing; a failed DEALLOCATE dropped nothing.
             if matches!(
                 front,
-                Reply::Reset { .. } | Reply::Dealloc { .. } | Reply::PrepareSql { .. }
+                Reply::Reset { .. }
+                    | Reply::Dealloc { .. }
+                    | Reply::PrepareSql { .. }
+                    | Reply::PrepareThenRun(_)
             ) {
                 let missing = body.is_some_and(|b| PgError::parse(b).code == "26000");
                 if let Some(mut failed) = p.pop() {

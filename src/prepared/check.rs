@@ -17,8 +17,8 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 
 use super::defs::Def;
-use super::messages::put_target;
-use super::refusals::fail_as;
+use super::messages::{put_target, put_unnamed_parse};
+use super::refusals::{refuse, refuse_here};
 use super::replies::{ClientStatements, Reply};
 use super::rewrite::{evict, Context, Edit};
 use super::server::ServerStatements;
@@ -124,7 +124,7 @@ pub fn before_use(
     if server.touch(def.id) {
         match server.described(def.id) {
             Some(h) if h == hash => return None,
-            Some(_) if fresh => return Some(fail_as(p, out, changed(), false, cx)),
+            Some(_) if fresh => return Some(refuse_changed(p, out, cx)),
             // The server's plan may be older than the client's (PostgreSQL refuses it
             // itself then, see `retry`) or newer: it is prepared again and looked at.
             _ => {
@@ -156,96 +156,98 @@ fn put_parse_described(out: &mut BytesMut, def: &Def, params: &[u8]) {
     put_target(out, b'D', def.id);
 }
 
-/// `before_use` for a request framed while queueing, which is rewritten already and has
-/// not gone ahead: on the idle server it got, before anything of it is written, each
-/// statement it names that the client described and the server lacks (or holds with
-/// another description) is prepared and described in a batch of Weir's own. True when
-/// one's description is not the client's: the request is then made to fail in its place
-/// (`fail_ahead`). A statement PostgreSQL refused to prepare is left to the usual
-/// Parse in front of the request, whose error the client gets.
-pub async fn settle_described(
-    p: &mut ClientStatements,
-    server: &mut crate::server::ServerConn,
-    timeout: std::time::Duration,
-) -> Result<bool, crate::server::ConnectError> {
-    let mut changed = false;
-    let todo: Vec<(Arc<Def>, Described)> = p
-        .ahead
-        .iter()
-        .filter(|d| !d.sql)
-        .filter_map(|d| Some((d.clone(), p.described.get(&d.id)?.clone())))
-        .collect();
-    for (def, told) in todo {
-        let held = server.statements.touch(def.id);
-        if held && server.statements.described(def.id) == Some(told.hash) {
-            continue;
-        }
-        let mut out = BytesMut::new();
-        if held {
-            put_target(&mut out, b'C', def.id);
-            server.statements.remove(def.id);
-        }
-        put_parse_described(&mut out, &def, &told.params);
-        crate::protocol::messages::put_message(&mut out, b'S', |_| {});
-        let Some(hash) = round_trip(server, &out, timeout).await? else {
-            continue;
-        };
-        p.counts.server_parses += 1;
-        server.statements.insert(&def);
-        server.statements.set_described(def.id, hash);
-        changed |= hash != told.hash;
-    }
-    Ok(changed)
+/// A statement to settle before a request framed while queueing (see
+/// `client::prepare::settle_described`, which writes `batch` to the server and reads its
+/// answers): it is prepared and described in a batch of Weir's own.
+pub struct Settle {
+    def: Arc<Def>,
+    told: u64,
+    pub batch: BytesMut,
 }
 
-/// Writes Weir's batch and reads its answers: the description's hash, or None for an
-/// error.
-async fn round_trip(
-    server: &mut crate::server::ServerConn,
-    batch: &[u8],
-    timeout: std::time::Duration,
-) -> Result<Option<u64>, crate::server::ConnectError> {
-    use crate::server::ConnectError;
-    use tokio::io::AsyncWriteExt;
-    let work = async {
-        server.stream.write_all(batch).await?;
-        let mut buf = BytesMut::with_capacity(256);
-        let mut describing = Describing::default();
-        let mut got = None;
-        loop {
-            let msg = crate::protocol::reader::read_message(&mut server.stream, &mut buf, 1 << 30)
-                .await?;
-            match msg.tag {
-                b't' => describing.parameters(&msg.body),
-                b'T' => got = Some(describing.finish(Some(&msg.body)).hash),
-                b'n' => got = Some(describing.finish(None).hash),
-                b'E' => got = None,
-                b'Z' if buf.is_empty() && msg.body.first() == Some(&b'I') => return Ok(got),
-                b'Z' => {
-                    return Err(ConnectError::Protocol(
-                        "unexpected answer to Weir's Describe",
-                    ))
-                }
-                _ => {}
-            }
+/// For a request framed while queueing, which is rewritten already and has not gone
+/// ahead: each statement it names that the client described and the server lacks (or
+/// holds with another description; Weir's Close of it comes first).
+pub fn to_settle(p: &ClientStatements, server: &mut ServerStatements) -> Vec<Settle> {
+    let mut todo = Vec::new();
+    for def in p.ahead.iter().filter(|d| !d.sql) {
+        let Some(told) = p.described.get(&def.id) else {
+            continue;
+        };
+        let held = server.touch(def.id);
+        if held && server.described(def.id) == Some(told.hash) {
+            continue;
         }
-    };
-    match crate::timers::timeout(timeout, work).await {
-        Ok(r) => r,
-        Err(_) => Err(ConnectError::Timeout),
+        let mut batch = BytesMut::new();
+        if held {
+            put_target(&mut batch, b'C', def.id);
+            server.remove(def.id);
+        }
+        put_parse_described(&mut batch, def, &told.params);
+        put_message(&mut batch, b'S', |_| {});
+        todo.push(Settle {
+            def: def.clone(),
+            told: told.hash,
+            batch,
+        });
     }
+    todo
+}
+
+/// The server prepared a statement of `to_settle` and described it (`hash`): true when
+/// the description is not the client's; the request is then made to fail in its place
+/// (`fail_ahead`). A statement PostgreSQL refused to prepare is left to the usual Parse
+/// in front of the request, whose error the client gets.
+pub fn settled(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    s: &Settle,
+    hash: u64,
+) -> bool {
+    p.counts.server_parses += 1;
+    server.insert(&s.def);
+    server.set_described(s.def.id, hash);
+    hash != s.told
 }
 
 /// Makes the request framed while queueing fail, as PostgreSQL would refuse the
-/// client's statement (see `settle_described`): a message the server refuses goes in
-/// front of it (the server skips the rest up to Sync), and its error is replaced.
+/// client's statement (see `to_settle`): PostgreSQL raises the error in front of
+/// it (`put_raise`), and the server skips the rest up to Sync.
 pub fn fail_ahead(p: &mut ClientStatements, out: &mut BytesMut) {
-    super::messages::put_failing_message(out);
-    p.push_front(Reply::Fail {
-        error: changed(),
-        query: false,
-    });
+    put_raise(out);
+    p.push_front(Reply::Raise);
 }
+
+/// The client's Bind or Describe of a statement whose result changed: Weir's own 0A000
+/// where nothing is to roll back, else PostgreSQL's (`put_raise`).
+fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) -> Edit {
+    if refuse_here(p, cx, false) {
+        return refuse(p, changed(), false);
+    }
+    put_raise(out);
+    p.push(Reply::Raise);
+    // No other client's request goes behind a batch that ends in an error (as `refuse`).
+    p.opaque = true;
+    Edit::Replace
+}
+
+/// PostgreSQL raising the 0A000 it gives a direct connection for a statement whose result
+/// changed, for an error that must fail the server's transaction (a block open, or an
+/// Execute of the batch before it) as the client's would. PostgreSQL logs every error it
+/// raises: raised by a DO block, its log line is the one of a direct connection
+/// (`cached plan must not change result type`, 0A000), where a message made to fail
+/// would log an error of Weir's making. The client's unnamed statement and portal are
+/// taken (nothing of the batch runs after the error; the unnamed portal goes with the
+/// transaction anyway), as by the Parse of `refusals::parse_taken`.
+fn put_raise(out: &mut BytesMut) {
+    put_unnamed_parse(out, RAISE_CHANGED);
+    put_message(out, b'B', |b| b.put_slice(&[0, 0, 0, 0, 0, 0, 0, 0]));
+    put_message(out, b'E', |b| b.put_slice(&[0, 0, 0, 0, 0]));
+}
+
+/// `put_raise`'s statement (text, no parameter types).
+const RAISE_CHANGED: &[u8] = b"DO $weir$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', \
+MESSAGE = 'cached plan must not change result type'; END$weir$\0\0\0";
 
 #[cfg(test)]
 mod tests {

@@ -9,21 +9,6 @@ use crate::protocol::messages::put_message;
 pub const PARSE_COMPLETE: &[u8] = b"1\0\0\0\x04";
 pub const CLOSE_COMPLETE: &[u8] = b"3\0\0\0\x04";
 
-/// A Describe of a statement no server has (Weir's prefix alone names none of Weir's),
-/// so that the server skips to Sync as it would after the error Weir reports in its
-/// place. PostgreSQL's own error for a missing statement, not one of a function Weir
-/// made up, is what its log then shows.
-const FAILING_DESCRIBE: &[u8] = b"Sweir_\0";
-/// The same for a simple query (in a failed transaction PostgreSQL's 25P02 comes first,
-/// as it would for the client's own statement).
-const FAILING_QUERY: &[u8] = b"DEALLOCATE \"weir_\"";
-
-/// The errors of Weir's failing messages, which Weir replaces with its own: the
-/// missing statement of the above, and the name taken of `put_parse_as`.
-pub fn is_failing_code(code: &str) -> bool {
-    code == "26000" || code == "42P05"
-}
-
 /// Splits a NUL-terminated string off the front: (the string, what follows its NUL).
 fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
     let end = b.iter().position(|&c| c == 0)?;
@@ -54,6 +39,14 @@ pub fn target_parts(body: &[u8]) -> Option<(u8, &[u8])> {
 /// True for names a client could only have copied from Weir's own.
 pub fn is_weir_name(name: &[u8]) -> bool {
     name.starts_with(SERVER_PREFIX)
+}
+
+/// The statement id a name is Weir's server name of (`weir_<id>`, spelt as Weir spells
+/// it), if it is one: a client's name that some server may hold as Weir's.
+pub fn server_id(name: &[u8]) -> Option<u64> {
+    let digits = name.strip_prefix(SERVER_PREFIX)?;
+    let id: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    (id.to_string().as_bytes() == digits).then_some(id)
 }
 
 pub fn put_parse(out: &mut BytesMut, def: &Def) {
@@ -109,13 +102,9 @@ pub fn rename_in_error(
     Some(out)
 }
 
-pub fn put_failing_message(out: &mut BytesMut) {
-    put_message(out, b'D', |b| b.put_slice(FAILING_DESCRIBE));
-}
-
-/// The simple-query form of `put_failing_message`.
-pub fn put_failing_query(out: &mut BytesMut) {
-    put_query(out, FAILING_QUERY);
+/// A client message as it came (tag and body), for one Weir puts something in front of.
+pub fn put_as_is(out: &mut BytesMut, tag: u8, body: &[u8]) {
+    put_message(out, tag, |b| b.put_slice(body));
 }
 
 /// A Parse of `body` (text, types) under the client's own name.
@@ -133,14 +122,6 @@ pub fn put_close(out: &mut BytesMut, name: &[u8]) {
         b.put_u8(b'S');
         b.put_slice(name);
         b.put_u8(0);
-    });
-}
-
-/// A Parse of `body` (text, types) under `def`'s server name.
-pub fn put_parse_as(out: &mut BytesMut, def: &Def, body: &[u8]) {
-    put_message(out, b'P', |b| {
-        def.put_server_name(b);
-        b.put_slice(body);
     });
 }
 
@@ -211,5 +192,21 @@ mod tests {
         );
         assert_eq!(target_parts(b"Ss1\0"), Some((b'S', &b"s1"[..])));
         assert_eq!(target_parts(b""), None);
+    }
+
+    #[test]
+    fn only_weirs_own_spelling_is_a_server_name() {
+        assert_eq!(server_id(b"weir_7"), Some(7));
+        assert_eq!(server_id(b"weir_12345"), Some(12345));
+        for no in [
+            &b"weir_"[..],
+            b"weir_07",
+            b"weir_7a",
+            b"weir_+7",
+            b"x_7",
+            b"weir_ 7",
+        ] {
+            assert_eq!(server_id(no), None, "{}", String::from_utf8_lossy(no));
+        }
     }
 }

@@ -1,18 +1,19 @@
 //! The errors PostgreSQL would give for the client's statement names that Weir must
-//! give in its place (a name taken, one of Weir's own), and the rest of the batch after
+//! give in its place (a name taken, one like Weir's own), and the rest of the batch after
 //! them. PostgreSQL logs every error it raises: Weir answers itself where the server's
-//! state is what the error would leave it in anyway, and otherwise has the server fail
-//! (an error is the only way to fail its transaction as the client's would).
+//! state is what the error would leave it in anyway, and otherwise has PostgreSQL refuse
+//! the client's own message in the client's words (an error is the only way to fail its
+//! transaction as the client's would), so that its log holds only what a direct
+//! connection would put there.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::defs::{lookup, Def};
+use super::defs::lookup;
 use super::messages::*;
 use super::replies::{ClientStatements, Reply};
-use super::rewrite::{ensure_any, Context, Edit};
+use super::rewrite::{Context, Edit};
 use super::server::ServerStatements;
 use crate::protocol::PgError;
 
@@ -48,7 +49,6 @@ pub(super) fn parse_taken(
     server: &mut ServerStatements,
     name: &[u8],
     rest: &[u8],
-    def: &Arc<Def>,
     cx: &Context,
     out: &mut BytesMut,
 ) -> Edit {
@@ -62,49 +62,73 @@ pub(super) fn parse_taken(
         }
         return refuse(p, error, false);
     }
-    if !is_weir_name(name) {
+    if held_as_weirs(server, name) {
+        // The server has the name already (as Weir's): refused as it comes.
+        put_named_parse(out, name, rest);
+    } else {
         // The first Parse makes the name (or fails as the client's would), the second is
-        // refused by PostgreSQL itself, in the client's words; the server skips to Sync
-        // and the name is closed after it. A name like Weir's own might be one the
-        // server holds, and must not be closed: those take the way below.
+        // refused in the client's words; the server skips to Sync, and the name is
+        // closed after it.
         for _ in 0..2 {
             put_named_parse(out, name, rest);
         }
         p.push(Reply::Discarded);
-        p.push(Reply::Sent(b'P'));
         if p.close_after_sync.is_none() {
             p.close_after_sync = Some(name.into());
         }
-        // Weir's Close and Sync follow the client's: nothing may be sent behind them.
-        p.opaque = true;
-        return Edit::Replace;
     }
-    let held = server.touch(def.id);
-    if !held {
-        put_unnamed_parse(out, rest);
-        p.push(Reply::Discarded);
+    p.push(Reply::Own(b'P'));
+    // Weir's Close and Sync follow the client's: nothing may be sent behind them.
+    p.opaque = true;
+    Edit::Replace
+}
+
+/// The client's SQL PREPARE of a name it has (`query`: the whole query, NUL included), as
+/// `parse_taken`: in a block PostgreSQL refuses the client's own query, which goes twice
+/// in one query where the server lacks the name (the first PREPARE makes it, or fails as
+/// the client's would and the second never runs; a failure in separate queries would
+/// put a 25P02 of Weir's making in the log); the name is closed after it.
+pub(super) fn sql_prepare_taken(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    (name, query): (&[u8], &[u8]),
+    cx: &Context,
+    out: &mut BytesMut,
+) -> Edit {
+    let error = already_exists(p, name);
+    if refuse_here(p, cx, true) {
+        return refuse(p, error, true);
     }
-    // PostgreSQL's error for the statement's server name, replaced by the client's.
-    if held || ensure_any(p, server, def, cx, out) {
-        put_parse_as(out, def, rest);
-        p.push(Reply::Fail {
-            error,
-            query: false,
-        });
-        return Edit::Replace;
+    p.opaque = true;
+    // In a failed transaction PostgreSQL refuses the query before it looks at the name.
+    if cx.status == b'E' || held_as_weirs(server, name) {
+        p.push(Reply::Own(b'Q'));
+        return Edit::Keep;
     }
-    fail(p, out, error, cx)
+    let text = query.strip_suffix(b"\0").unwrap_or(query);
+    // A newline ends a comment the text may end with.
+    put_query(out, &[text, b"\n;", text].concat());
+    p.push(Reply::Twice);
+    put_close(out, name);
+    put_sync(out);
+    p.push(Reply::Tidy);
+    Edit::Replace
+}
+
+/// True when the client's name is the server name of a statement Weir has on this server.
+fn held_as_weirs(server: &mut ServerStatements, name: &[u8]) -> bool {
+    server_id(name).is_some_and(|id| server.touch(id))
 }
 
 /// True when Weir may answer an error itself, the server's state being what the error
 /// leaves it in anyway: no transaction block, and (for an extended-protocol message)
 /// nothing run since the last Sync that the error would roll back.
-fn refuse_here(p: &ClientStatements, cx: &Context, query: bool) -> bool {
+pub(super) fn refuse_here(p: &ClientStatements, cx: &Context, query: bool) -> bool {
     cx.status == b'I' && (query || !p.ran)
 }
 
 /// Weir's own error in place of PostgreSQL's (see `Reply::Refused`).
-fn refuse(p: &mut ClientStatements, error: PgError, query: bool) -> Edit {
+pub(super) fn refuse(p: &mut ClientStatements, error: PgError, query: bool) -> Edit {
     p.push(Reply::Refused { error, query });
     if !query {
         p.refusing = true;
@@ -114,29 +138,45 @@ fn refuse(p: &mut ClientStatements, error: PgError, query: bool) -> Edit {
     Edit::Replace
 }
 
-/// A statement name the client never prepared: PostgreSQL's own error says so, unless
-/// the name is one of Weir's (which some server may well have): that one must not reach
-/// a server, so the error is made here.
+/// A statement name the client never prepared (in a Bind, Describe, EXECUTE or
+/// DEALLOCATE: `tag` and `body`, whole): PostgreSQL's own error says so. None for most
+/// names: the message goes on as it is. A name like Weir's own may be one the server
+/// holds as Weir's: Weir answers out of a block; in one (where the error must fail the
+/// transaction) that statement is closed first, so that PostgreSQL refuses the client's
+/// message as it came, and logs what a direct connection would.
 pub(super) fn missing(
     p: &mut ClientStatements,
-    out: &mut BytesMut,
+    server: &mut ServerStatements,
+    (tag, body): (u8, &[u8]),
     name: &[u8],
     cx: &Context,
-) -> Option<Edit> {
-    missing_as(p, out, name, false, cx)
-}
-
-pub(super) fn missing_as(
-    p: &mut ClientStatements,
     out: &mut BytesMut,
-    name: &[u8],
-    query: bool,
-    cx: &Context,
 ) -> Option<Edit> {
-    is_weir_name(name).then(|| {
+    if !is_weir_name(name) {
+        return None;
+    }
+    let query = tag == b'Q';
+    if refuse_here(p, cx, query) {
         let msg = format!("prepared statement \"{}\" does not exist", lossy(name));
-        fail_as(p, out, PgError::error("26000", msg), query, cx)
-    })
+        return Some(refuse(p, PgError::error("26000", msg), query));
+    }
+    // In a failed transaction PostgreSQL refuses a query before it looks at the name.
+    let looked_up = !(query && cx.status == b'E');
+    if let Some(def) = server_id(name)
+        .filter(|_| looked_up)
+        .and_then(|id| server.take(id))
+    {
+        put_target(out, b'C', def.id);
+        p.push(Reply::Evicted(def));
+        if query {
+            put_sync(out);
+            p.push(Reply::SwallowReady);
+        }
+    }
+    put_as_is(out, tag, body);
+    p.push(Reply::Own(tag));
+    p.opaque = true;
+    Some(Edit::Replace)
 }
 
 /// PostgreSQL's error for a name the client has prepared already (the client stays, as
@@ -145,32 +185,6 @@ pub(super) fn already_exists(p: &mut ClientStatements, name: &[u8]) -> PgError {
     p.reused = Some(name.into());
     let msg = format!("prepared statement \"{}\" already exists", lossy(name));
     PgError::error("42P05", msg)
-}
-
-fn fail(p: &mut ClientStatements, out: &mut BytesMut, error: PgError, cx: &Context) -> Edit {
-    fail_as(p, out, error, false, cx)
-}
-
-/// An error PostgreSQL would give: Weir's own where it may (`refuse_here`), else from a
-/// message made to fail, whose error is replaced (the only way to roll the server's
-/// transaction back as the error would; PostgreSQL then logs that message's error).
-pub(super) fn fail_as(
-    p: &mut ClientStatements,
-    out: &mut BytesMut,
-    error: PgError,
-    query: bool,
-    cx: &Context,
-) -> Edit {
-    if refuse_here(p, cx, query) {
-        return refuse(p, error, query);
-    }
-    if query {
-        put_failing_query(out);
-    } else {
-        put_failing_message(out);
-    }
-    p.push(Reply::Fail { error, query });
-    Edit::Replace
 }
 
 #[cfg(test)]

@@ -228,6 +228,23 @@ impl ClientStatements {
         self.undoable > self.undoable_since_barrier
     }
 
+    /// True while a statement Weir counts the server as holding may yet turn out never
+    /// prepared there (its Parse or PREPARE unanswered, and undone if the batch fails
+    /// before it): a request checked against the server's statements meanwhile (another
+    /// client's, pipelined behind this one: pool::ahead) could name one it lacks.
+    pub fn preparing(&self) -> bool {
+        self.replies.iter().any(|r| {
+            matches!(
+                r,
+                Reply::Parsed { unmark: true, .. }
+                    | Reply::PrepareSql { unmark: true, .. }
+                    | Reply::Prepared(_)
+                    | Reply::PreparedSql(_)
+                    | Reply::PrepareThenRun(_)
+            )
+        })
+    }
+
     /// True while a query or Sync sent before is unanswered: a message whose rewrite
     /// depends on the transaction status (a Parse, or a query on statements) waits.
     pub fn status_pending(&self) -> bool {
@@ -265,6 +282,12 @@ pub enum Reply {
     /// Weir's SQL PREPARE ahead of the client's EXECUTE: everything it gets is removed, up
     /// to its ReadyForQuery.
     PreparedSql(Arc<Def>),
+    /// The client's SQL EXECUTE of a statement of SQL PREPARE that the server lacked, sent
+    /// in one query behind Weir's PREPARE of it (so that a PREPARE that fails, its text
+    /// made invalid by DDL, runs nothing after it): the PREPARE's CommandComplete is
+    /// removed, and the entry becomes `Sent(b'Q')`; an error before it is the client's,
+    /// and leaves the server without the statement.
+    PrepareThenRun(Arc<Def>),
     /// Weir's Close of a statement evicted from the server's cache; its CloseComplete is
     /// removed. Skipped, the server still has the statement.
     Evicted(Arc<Def>),
@@ -273,15 +296,25 @@ pub enum Reply {
     /// `undo` puts the client's name back as it was if an earlier error means PostgreSQL
     /// would not have got this far.
     Synth { tag: u8, undo: Option<NameUndo> },
-    /// A Parse (or, for a simple query, a query) made to fail in place of the client's
-    /// message: the server's error is replaced by this one (what PostgreSQL would have
-    /// said to the client).
-    Fail { error: PgError, query: bool },
+    /// A client message sent as it came (a Parse of a name the client has, sent twice,
+    /// or a message naming a name like Weir's own that the client lacks): PostgreSQL's
+    /// error is the one a direct connection gets, in the client's words, and goes on as
+    /// it is, never renamed (the name may be one of Weir's on this server).
+    Own(u8),
+    /// The client's SQL PREPARE of a name it has, sent twice in one query so that
+    /// PostgreSQL refuses the second in the client's words: the first one's
+    /// CommandComplete is removed, and the entry becomes `Own(b'Q')`.
+    Twice,
     /// An error Weir answers itself, in place of PostgreSQL's, where sending the server
     /// anything that fails would put an error of Weir's making in its log. For an
     /// extended-protocol message, the client's messages up to Sync are dropped
     /// (`ClientStatements::refusing`); for a query, Weir adds its ReadyForQuery.
     Refused { error: PgError, query: bool },
+    /// PostgreSQL raising the client's 0A000 for a statement whose result changed
+    /// (`check::put_raise`): its ParseComplete and BindComplete are removed, and its error
+    /// gets the fields of the one a direct connection gets (routine RevalidateCachedQuery,
+    /// which drivers look at, and no PL/pgSQL context).
+    Raise,
     /// Weir's Close and Sync after the client's Sync (`close_after_sync`): everything
     /// the server answers them with is removed, up to their ReadyForQuery.
     Tidy,
@@ -311,17 +344,20 @@ impl Reply {
             Reply::Parsed { .. }
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
+            | Reply::PrepareThenRun(_)
             | Reply::Prepared(_)
             | Reply::Evicted(_)
             | Reply::Reset { .. }
             | Reply::Dealloc { .. } => true,
             Reply::Synth { undo, .. } => undo.is_some(),
             Reply::Sent(_)
-            | Reply::Fail { .. }
+            | Reply::Own(_)
+            | Reply::Twice
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
+            | Reply::Raise
             | Reply::Discarded => false,
         }
     }
@@ -333,7 +369,7 @@ impl Reply {
     /// True when a server message with this tag completes the reply.
     pub fn ends_with(&self, tag: u8) -> bool {
         match self {
-            Reply::SentAs(t, ..) => Reply::Sent(*t).ends_with(tag),
+            Reply::SentAs(t, ..) | Reply::Own(t) => Reply::Sent(*t).ends_with(tag),
             Reply::Sent(b'P') | Reply::Parsed { .. } | Reply::Prepared(_) | Reply::Discarded => {
                 tag == b'1'
             }
@@ -346,10 +382,11 @@ impl Reply {
             | Reply::Dealloc { .. }
             | Reply::PrepareSql { .. }
             | Reply::PreparedSql(_)
+            | Reply::PrepareThenRun(_)
             | Reply::SwallowReady
             | Reply::Tidy
-            | Reply::Fail { query: true, .. } => tag == b'Z',
-            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Fail { query: false, .. } => false,
+            | Reply::Twice => tag == b'Z',
+            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise => false,
         }
     }
 
@@ -365,11 +402,13 @@ impl Reply {
                 }
                 | Reply::PrepareSql { .. }
                 | Reply::PreparedSql(_)
+                | Reply::PrepareThenRun(_)
                 | Reply::Reset { .. }
                 | Reply::Dealloc { .. }
                 | Reply::SwallowReady
                 | Reply::Tidy
-                | Reply::Fail { query: true, .. }
+                | Reply::Own(b'S' | b'Q' | b'F')
+                | Reply::Twice
                 | Reply::Refused { query: true, .. }
         )
     }
@@ -390,7 +429,9 @@ impl Reply {
                     server.remove(def.id);
                 }
             }
-            Reply::Prepared(def) | Reply::PreparedSql(def) => server.remove(def.id),
+            Reply::Prepared(def) | Reply::PreparedSql(def) | Reply::PrepareThenRun(def) => {
+                server.remove(def.id)
+            }
             Reply::Evicted(def) => server.insert(&def),
             Reply::Synth {
                 undo: Some((name, before)),
@@ -421,11 +462,13 @@ impl Reply {
             Reply::Sent(_)
             | Reply::SentAs(..)
             | Reply::Synth { undo: None, .. }
-            | Reply::Fail { .. }
+            | Reply::Own(_)
+            | Reply::Twice
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
+            | Reply::Raise
             | Reply::Discarded => {}
         }
     }

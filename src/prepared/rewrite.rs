@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
-use super::defs::{intern, intern_sql, lookup, Def};
+use super::defs::{intern, intern_sql, lookup, Def, SERVER_PREFIX};
 use super::messages::*;
 use super::queries::{query_kind, QueryKind};
-use super::refusals::{already_exists, fail_as, missing, missing_as, parse_taken, skip_to_sync};
+use super::refusals::{missing, parse_taken, skip_to_sync, sql_prepare_taken};
 use super::replies::{ClientStatements, Reply};
 use super::server::ServerStatements;
 
@@ -76,7 +76,8 @@ pub fn client_message(
         _ => {}
     }
     let assumed = server.is_none() && cx.ahead && matches!(tag, b'B' | b'D');
-    let by_status = matches!(tag, b'P' | b'Q') && p.status_pending();
+    let by_status =
+        p.status_pending() && (matches!(tag, b'P' | b'Q') || lacks_weirs_name(tag, body, p));
     if named && (p.must_wait() || by_status || (server.is_none() && !assumed)) {
         return Edit::Hold;
     }
@@ -93,8 +94,8 @@ pub fn client_message(
                 return Edit::Hold;
             };
             p.counts.client_parses += 1;
-            if let Some(def) = p.names.get(name).cloned() {
-                return parse_taken(p, server, name, rest, &def, cx, out);
+            if p.names.contains_key(name) {
+                return parse_taken(p, server, name, rest, cx, out);
             }
             let def = intern(rest);
             // A statement prepared again is described again (or not at all) from now on.
@@ -138,17 +139,32 @@ pub fn client_message(
             };
             let Some(def) = p.names.get(stmt).cloned() else {
                 return match server {
-                    Some(_) => missing(p, out, stmt, cx).unwrap_or_else(|| keep(p)),
+                    Some(server) => {
+                        missing(p, server, (tag, body), stmt, cx, out).unwrap_or_else(|| keep(p))
+                    }
                     None => Edit::Hold,
                 };
             };
             match server {
+                // Whether SQL PREPARE can go before it depends on the status.
+                Some(server) if def.sql && p.status_pending() && !server.holds(def.id) => {
+                    return Edit::Hold;
+                }
                 Some(server) => {
                     if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
                         return e;
                     }
                     if !ensure_any(p, server, &def, cx, out) {
-                        return keep(p);
+                        if cx.status != b'E' {
+                            return keep(p);
+                        }
+                        // PostgreSQL would find the statement, then refuse the Bind as
+                        // it refuses any message in a failed transaction: a Parse that
+                        // is never stored gets that error (the client's name would not
+                        // be found on this server).
+                        put_named_parse(out, SERVER_PREFIX, b"SELECT\0\0\0");
+                        p.push(Reply::Discarded);
+                        return Edit::Replace;
                     }
                 }
                 None if def.sql => return Edit::Hold,
@@ -192,7 +208,7 @@ pub fn client_message(
                 return Edit::Replace;
             }
             let Some(def) = p.names.get(name).cloned() else {
-                return missing(p, out, name, cx).unwrap_or_else(|| keep(p));
+                return missing(p, server, (tag, body), name, cx, out).unwrap_or_else(|| keep(p));
             };
             if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
                 return e;
@@ -209,11 +225,13 @@ pub fn client_message(
                 return keep(p);
             };
             match kind {
-                QueryKind::Deallocate(name) => deallocate(p, server, &name, cx, out),
+                QueryKind::Deallocate(name) => deallocate(p, server, &name, body, cx, out),
                 QueryKind::Prepare(name, rest) => {
-                    Some(sql_prepare(p, server, name, &rest, cx, out))
+                    Some(sql_prepare(p, server, name, (&rest, body), cx, out))
                 }
-                QueryKind::Execute(name, params) => sql_execute(p, server, &name, &params, cx, out),
+                QueryKind::Execute(name, params) => {
+                    sql_execute(p, server, (&name, &params), body, cx, out)
+                }
                 QueryKind::DropAll => None,
             }
             .unwrap_or_else(|| keep(p))
@@ -243,6 +261,17 @@ pub fn client_message(
         }
         _ => keep(p),
     }
+}
+
+/// A Bind or Describe of a name like Weir's own that the client does not have: what it
+/// becomes depends on the transaction status (see `refusals::missing`).
+fn lacks_weirs_name(tag: u8, body: &[u8], p: &ClientStatements) -> bool {
+    let name = match tag {
+        b'B' => bind_parts(body).map(|(_, s, _)| s),
+        b'D' => target_parts(body).and_then(|(k, n)| (k == b'S').then_some(n)),
+        _ => None,
+    };
+    name.is_some_and(|n| is_weir_name(n) && !p.names.contains_key(n))
 }
 
 /// Records a renamed Bind or Describe, with the client's name where its statement has
@@ -288,20 +317,20 @@ pub fn settle_ahead(
     }
 }
 
-/// SQL PREPARE: under Weir's name, unless the server has the statement already (then
-/// Weir answers); in a failed transaction it goes to the server for PostgreSQL's error.
+/// SQL PREPARE (`rest`: what follows the name; `query`: the whole query): under Weir's
+/// name, unless the server has the statement already (then Weir answers); in a failed
+/// transaction it goes to the server for PostgreSQL's error.
 fn sql_prepare(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     name: Vec<u8>,
-    rest: &[u8],
+    (rest, query): (&[u8], &[u8]),
     cx: &Context,
     out: &mut BytesMut,
 ) -> Edit {
     p.counts.client_parses += 1;
     if p.names.contains_key(&name[..]) {
-        let error = already_exists(p, &name);
-        return fail_as(p, out, error, true, cx);
+        return sql_prepare_taken(p, server, (&name, query), cx, out);
     }
     let def = intern_sql(rest);
     let name: Box<[u8]> = name.into();
@@ -334,13 +363,13 @@ fn sql_prepare(
 fn sql_execute(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
-    name: &[u8],
-    params: &[u8],
+    (name, params): (&[u8], &[u8]),
+    query: &[u8],
     cx: &Context,
     out: &mut BytesMut,
 ) -> Option<Edit> {
     let Some(def) = p.names.get(name).cloned() else {
-        return missing_as(p, out, name, true, cx);
+        return missing(p, server, (b'Q', query), name, cx, out);
     };
     p.counts.binds += 1;
     if def.effects.flags != 0 {
@@ -353,8 +382,14 @@ fn sql_execute(
         p.counts.server_parses += 1;
         server.insert(&def);
         if def.sql {
-            put_sql_prepare(out, &def);
-            p.push(Reply::PreparedSql(def.clone()));
+            let mut sql = format!("PREPARE weir_{} ", def.id).into_bytes();
+            sql.extend_from_slice(&def.body);
+            // A newline ends a comment the text may end with.
+            sql.extend_from_slice(format!("\n;EXECUTE weir_{}", def.id).as_bytes());
+            sql.extend_from_slice(params);
+            put_query(out, &sql);
+            p.push(Reply::PrepareThenRun(def));
+            return Some(Edit::Replace);
         } else {
             put_parse(out, &def);
             put_sync(out);
@@ -368,35 +403,30 @@ fn sql_execute(
 }
 
 /// DEALLOCATE of one of the client's statements: it goes to the server as a DEALLOCATE of
-/// Weir's name, so that the client gets PostgreSQL's own reply (or error, in a failed
-/// transaction); the server is made to hold the statement first if it lacks it. None for
-/// a name the client does not have: the server's error names it as the client did.
+/// Weir's name where the server holds it, so that the client gets PostgreSQL's own reply
+/// (or error, in a failed transaction). Where it lacks it, a DEALLOCATE can fail only in
+/// a failed transaction (then it goes for PostgreSQL's 25P02): Weir answers, as preparing
+/// the statement first to drop it could fail where the client's would not (its text no
+/// longer valid after DDL). None for a name the client does not have: the server's error
+/// names it as the client did.
 fn deallocate(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     name: &[u8],
+    query: &[u8],
     cx: &Context,
     out: &mut BytesMut,
 ) -> Option<Edit> {
     let Some((name, def)) = p.names.remove_entry(name) else {
-        return missing_as(p, out, name, true, cx);
+        return missing(p, server, (b'Q', query), name, cx, out);
     };
-    if def.sql && !server.touch(def.id) && cx.status != b'E' {
+    let held = server.touch(def.id);
+    if !held && cx.status != b'E' {
         p.push(Reply::Synth {
             tag: b'D',
             undo: Some((name, Some(def))),
         });
         return Some(Edit::Replace);
-    }
-    let mut held = server.touch(def.id);
-    if !held && cx.status != b'E' {
-        evict(p, server, cx.cap, out);
-        p.counts.server_parses += 1;
-        put_parse(out, &def);
-        put_sync(out);
-        p.push(Reply::Prepared(def.clone()));
-        p.push(Reply::SwallowReady);
-        held = true;
     }
     server.remove(def.id);
     put_deallocate(out, def.id);
@@ -408,7 +438,7 @@ fn deallocate(
 /// which can go only between batches: in the middle of one (or in a failed transaction)
 /// this gives up, and the message goes on under the client's name for the server's
 /// error (a known limit: PostgreSQL would find the statement).
-pub(super) fn ensure_any(
+fn ensure_any(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     def: &Arc<Def>,

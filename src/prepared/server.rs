@@ -31,6 +31,11 @@ impl ServerStatements {
         }
     }
 
+    /// True when the server holds the statement (not counted as a use).
+    pub fn holds(&self, id: u64) -> bool {
+        self.used.contains_key(&id)
+    }
+
     pub fn insert(&mut self, def: &Arc<Def>) {
         self.tick += 1;
         self.used.insert(def.id, (self.tick, def.clone(), None));
@@ -49,6 +54,11 @@ impl ServerStatements {
 
     pub fn remove(&mut self, id: u64) {
         self.used.remove(&id);
+    }
+
+    /// Removes the statement and gives it back, if the server holds it.
+    pub fn take(&mut self, id: u64) -> Option<Arc<Def>> {
+        self.used.remove(&id).map(|(_, def, _)| def)
     }
 
     /// The statement to close before one more may be prepared within `cap`, if any.

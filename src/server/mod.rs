@@ -1,5 +1,6 @@
 //! A connection to PostgreSQL: how it is opened and logged in, and what Weir knows of it.
 
+pub mod cancel_wait;
 pub mod hosts;
 mod login;
 pub mod passenger;

@@ -57,6 +57,36 @@ pub enum Pin {
 /// LISTEN (true) or UNLISTEN (false) a channel; None for UNLISTEN *.
 pub type ListenOp = (bool, Option<String>);
 
+/// Whether the first statement of `sql` is BEGIN or START (TRANSACTION), after any
+/// blanks and comments. Only a word at the very start counts: a quoted identifier or
+/// anything else before it is no transaction statement.
+pub fn opens_block(sql: &[u8]) -> bool {
+    let mut i = 0;
+    loop {
+        match sql.get(i..) {
+            Some([c, ..]) if c.is_ascii_whitespace() => i += 1,
+            Some([b'-', b'-', ..]) => {
+                // As in PostgreSQL's scanner, a carriage return ends it too.
+                while sql.get(i).is_some_and(|&c| c != b'\n' && c != b'\r') {
+                    i += 1;
+                }
+            }
+            Some([b'/', b'*', ..]) => match lexer::block_comment_end(sql, i) {
+                Some(end) => i = end,
+                None => return false,
+            },
+            _ => break,
+        }
+    }
+    let rest = sql.get(i..).unwrap_or_default();
+    let end = rest
+        .iter()
+        .position(|&c| !lexer::is_ident_byte(c))
+        .unwrap_or(rest.len());
+    let word = &rest[..end];
+    word.eq_ignore_ascii_case(b"begin") || word.eq_ignore_ascii_case(b"start")
+}
+
 /// The LISTENs and UNLISTENs of a query made of nothing else (None otherwise).
 pub fn listen_only(sql: &str) -> Option<Vec<ListenOp>> {
     let toks = lexer::tokens(sql);

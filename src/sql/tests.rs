@@ -148,3 +148,33 @@ fn listen_and_pins() {
     );
     assert!(classify("declare c cursor without hold for select 1").is_empty());
 }
+
+#[test]
+fn opens_block_reads_the_first_word_only() {
+    for yes in [
+        "BEGIN",
+        "begin;",
+        "  \n begin isolation level serializable\0",
+        "START TRANSACTION READ ONLY",
+        "-- a comment\r\nBEGIN",
+        "/* a /* nested */ comment */begin; insert into t values (1); commit",
+    ] {
+        assert!(opens_block(yes.as_bytes()), "{yes:?}");
+    }
+    for no in [
+        "",
+        "COMMIT",
+        "end",
+        "rollback; begin",
+        "beginning",
+        "\"begin\"",
+        "select 1; begin",
+        "/* never closed begin",
+        "-- begin",
+        "(begin)",
+        "abort",
+        "prepare transaction 'x'",
+    ] {
+        assert!(!opens_block(no.as_bytes()), "{no:?}");
+    }
+}

@@ -81,7 +81,7 @@ impl Database {
         }
         if db.port.len() > 1 && db.port.len() != db.host.len().max(1) {
             return Err(format!(
-                "{} ports given for {} hosts; give one port, or one per host",
+                "invalid number of ports: {} given for {} hosts; give one port, or one per host",
                 db.port.len(),
                 db.host.len()
             ));

@@ -16,6 +16,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "auth_query",
     "auth_type",
     "auth_user",
+    "cancel_wait_timeout",
     "client_idle_timeout",
     "client_login_timeout",
     "client_tls13_ciphers",

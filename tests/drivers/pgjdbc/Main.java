@@ -1,5 +1,6 @@
 // pgJDBC at its default settings (prepareThreshold=5: from the fifth execution a
-// PreparedStatement is a named server statement S_n) through Weir in transaction mode.
+// PreparedStatement is a named server statement S_n) through Weir in transaction mode, with
+// Weir's default configuration.
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -25,6 +26,27 @@ public class Main {
         props.setProperty("user", System.getenv("WEIR_USER"));
         props.setProperty("ApplicationName", app);
         try (Connection c = DriverManager.getConnection(url, props)) {
+            // pgJDBC 42.7.5 and later send no extra_float_digits to PostgreSQL 12 or later
+            // (42.7.4 sent extra_float_digits=3 in its startup packet); its application_name
+            // comes as a SET after the login, no longer in the startup packet either.
+            try (Statement st = c.createStatement();
+                 ResultSet rs = st.executeQuery("select source from pg_settings where name = 'extra_float_digits'")) {
+                rs.next();
+                check("default".equals(rs.getString(1)), "client " + i + ": extra_float_digits was set (" + rs.getString(1) + ")");
+            }
+            // prepareThreshold=5: the fifth execution of a PreparedStatement and the ones after
+            // it use a named statement, which the server holds (under Weir's name through
+            // Weir); the first four are unnamed. The text is this client's alone.
+            try (PreparedStatement ps = c.prepareStatement(
+                    "select count(*) from pg_prepared_statements where statement = ? /* client " + i + " */")) {
+                for (int n = 1; n <= 7; n++) {
+                    ps.setString(1, "select count(*) from pg_prepared_statements where statement = $1 /* client " + i + " */");
+                    try (ResultSet rs = ps.executeQuery()) {
+                        rs.next();
+                        check(rs.getInt(1) == (n < 5 ? 0 : 1), "client " + i + ": execution " + n + " sees " + rs.getInt(1) + " named statement(s)");
+                    }
+                }
+            }
             try (PreparedStatement ps = c.prepareStatement("select ?::int + ?::int, current_setting('application_name')")) {
                 for (int n = 0; n < 10; n++) {
                     ps.setInt(1, n);

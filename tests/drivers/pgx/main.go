@@ -1,5 +1,6 @@
 // pgx v5 at its default settings (QueryExecModeCacheStatement: a statement cache of
-// named prepared statements per connection) through Weir in transaction mode.
+// named prepared statements per connection) through Weir in transaction mode: one
+// pgx.Conn per client, or with the argument "pool" a pgxpool (pool.go).
 package main
 
 import (
@@ -18,6 +19,25 @@ func check(cond bool, format string, args ...any) {
 	if !cond {
 		panic(fmt.Sprintf("FAILED: "+format, args...))
 	}
+}
+
+// A pgx.Conn or a pgxpool.Pool.
+type copier interface {
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+}
+
+// Copies rows base+from to base+to-1 into drv_pgx, each with v "c<k>".
+func copyRows(ctx context.Context, c copier, base, from, to int) error {
+	rows := make([][]any, 0, to-from)
+	for k := from; k < to; k++ {
+		rows = append(rows, []any{base + k, "c" + strconv.Itoa(k)})
+	}
+	copied, err := c.CopyFrom(ctx, pgx.Identifier{"drv_pgx"}, []string{"id", "v"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return err
+	}
+	check(copied == int64(to-from), "copied %d rows of %d", copied, to-from)
+	return nil
 }
 
 func client(ctx context.Context, i int, meet *sync.WaitGroup) (err error) {
@@ -80,15 +100,9 @@ func client(ctx context.Context, i int, meet *sync.WaitGroup) (err error) {
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		return err
 	}
-	rows := make([][]any, 0, 100)
-	for k := 100; k < 200; k++ {
-		rows = append(rows, []any{i*1000 + k, "c" + strconv.Itoa(k)})
-	}
-	copied, err := conn.CopyFrom(ctx, pgx.Identifier{"drv_pgx"}, []string{"id", "v"}, pgx.CopyFromRows(rows))
-	if err != nil {
+	if err := copyRows(ctx, conn, i*1000, 100, 200); err != nil {
 		return err
 	}
-	check(copied == 100, "client %d: copied %d", i, copied)
 	for n := 0; n < 6; n++ {
 		if err := conn.QueryRow(ctx, "select count(*) from drv_pgx where id / 1000 = $1", i).Scan(&count); err != nil {
 			return err
@@ -109,6 +123,10 @@ func client(ctx context.Context, i int, meet *sync.WaitGroup) (err error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pool" {
+		poolMain()
+		return
+	}
 	clients, _ := strconv.Atoi(os.Getenv("WEIR_CLIENTS"))
 	if clients == 0 {
 		clients = 10
