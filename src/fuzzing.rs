@@ -130,7 +130,7 @@ pub fn frontend_messages(data: &[u8]) {
         out.clear();
         let server = (mode & 4 == 0).then_some(&mut server);
         match rewrite::client_message(frame.tag, body, &mut p, server, &cx, &mut out) {
-            Edit::Keep | Edit::Replace | Edit::Hold | Edit::Drop => {}
+            Edit::Keep | Edit::Replace | Edit::Hold | Edit::Drop | Edit::Before => {}
         }
     }
 }

@@ -464,11 +464,11 @@ fn sqlalchemy_asyncpg_defaults() {
 
 /// A named statement prepared before DDL changed its result type, run on a server that
 /// never held it: directly, PostgreSQL refuses the old statement (asyncpg's
-/// InvalidCachedStatementError); through Weir the statement is prepared afresh on that server
-/// and asyncpg decodes the new type with its old description (the text 'abcd' read as the
-/// int4 1633837924), silently.
+/// InvalidCachedStatementError, which needs the error's routine field). Prepared afresh
+/// there without a look at its description, asyncpg decoded the new type with its old one
+/// (the text 'abcd' read as the int4 1633837924), silently; Weir now refuses it as
+/// PostgreSQL does (prepared::check).
 #[test]
-#[ignore = "Weir bug: a stale named statement re-prepared on another server returns rows of the new type"]
 fn asyncpg_stale_statement_on_another_server() {
     let pg = PgServer::start();
     let weir = transaction_pool(&pg);

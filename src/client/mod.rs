@@ -436,6 +436,22 @@ impl Session {
         let ahead = held.holds_ahead();
         self.start_on_server(std::mem::take(&mut held.sent_ahead));
         self.take_carry(&mut held);
+        if !ahead && self.described_ahead() {
+            // The statements' check parses them as the client's Parse would: in its state
+            // (search_path), which the server is put into first, apart.
+            let sql = self.state_sql(&mut held);
+            let mut r = Ok(());
+            if !sql.is_empty() {
+                r = held.run_internal_boxed(&sql, INTERNAL_QUERY_TIMEOUT).await;
+            }
+            if r.is_ok() {
+                r = Box::pin(self.settle_described(&mut held)).await;
+            }
+            if let Err(e) = r {
+                let e = e.to_client_error();
+                return Some(Box::pin(self.close_and_refuse(held, e, false)).await);
+            }
+        }
         self.settle_ahead(&mut held.statements);
         // In front of all of it: the server is put into the client's state first.
         self.take_owed_state(&mut held);

@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use super::{Extras, Session};
 use crate::pool::Pool;
 use crate::prepared::answers::{self, ServerEdit};
+use crate::prepared::check;
 use crate::prepared::retry;
 use crate::prepared::rewrite::{self, Context, Edit};
 use crate::prepared::{ClientStatements, ServerStatements};
@@ -101,6 +102,13 @@ impl Session {
                 self.cframe.rewritten(frame.start, out.len());
                 // What Weir owes for it is added once the relay has counted the message.
                 Tracking::Go
+            }
+            Edit::Before => {
+                // Weir's messages go now; the client's waits for their answer.
+                splice(&mut self.inbuf, frame.start..frame.start, &out);
+                self.cframe.rewritten(frame.start, out.len());
+                self.held_back = true;
+                Tracking::Held
             }
             Edit::Drop => {
                 // Whole (`Context::whole`): everything of it is framed.
@@ -272,15 +280,89 @@ impl Session {
         }
     }
 
+    /// A request framed while queueing names a statement the client described.
+    pub(super) fn described_ahead(&mut self) -> bool {
+        statements(&mut self.extras).is_some_and(|p| {
+            !p.described.is_empty() && p.ahead.iter().any(|d| p.described.contains_key(&d.id))
+        })
+    }
+
+    /// Before `settle_ahead`: on the idle server a request framed while queueing got,
+    /// before anything of it is written, the statements it names that the client
+    /// described are looked at (prepared::check::to_settle); one whose description is
+    /// not the client's makes the request fail in its place.
+    pub(super) async fn settle_described(
+        &mut self,
+        server: &mut crate::server::ServerConn,
+    ) -> Result<(), crate::server::ConnectError> {
+        let Some(p) = statements(&mut self.extras) else {
+            return Ok(());
+        };
+        let mut changed = false;
+        for s in check::to_settle(p, &mut server.statements) {
+            if let Some(hash) = described_on(server, &s.batch).await? {
+                changed |= check::settled(p, &mut server.statements, &s, hash);
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        let mut out = BytesMut::new();
+        check::fail_ahead(p, &mut out);
+        splice(&mut self.inbuf, 0..0, &out);
+        let scanned = self.cframe.scanned();
+        self.cframe.rewritten(0, scanned + out.len());
+        Ok(())
+    }
+
     /// The ids of the statements a request framed while queueing needs on the server it
     /// goes ahead to.
-    pub(super) fn ahead_needs(&mut self) -> Vec<u64> {
-        statements(&mut self.extras)
-            .map_or_else(Vec::new, |p| p.ahead.iter().map(|d| d.id).collect())
+    pub(super) fn ahead_needs(&mut self) -> Vec<(u64, Option<u64>)> {
+        statements(&mut self.extras).map_or_else(Vec::new, |p| {
+            let told = |id| p.described.get(&id).map(|d| d.hash);
+            p.ahead.iter().map(|d| (d.id, told(d.id))).collect()
+        })
     }
 
     pub(super) fn flush_prepared_stats(&mut self) {
         flush_counts(&mut self.extras, &self.pool);
+    }
+}
+
+/// Writes Weir's batch of `check::to_settle` and reads its answers: the description's
+/// hash, or None for an error.
+async fn described_on(
+    server: &mut crate::server::ServerConn,
+    batch: &[u8],
+) -> Result<Option<u64>, crate::server::ConnectError> {
+    use crate::server::ConnectError;
+    use tokio::io::AsyncWriteExt;
+    let work = async {
+        server.stream.write_all(batch).await?;
+        let mut buf = BytesMut::with_capacity(256);
+        let mut describing = check::Describing::default();
+        let mut got = None;
+        loop {
+            let msg = crate::protocol::reader::read_message(&mut server.stream, &mut buf, 1 << 30)
+                .await?;
+            match msg.tag {
+                b't' => describing.parameters(&msg.body),
+                b'T' => got = Some(describing.finish(Some(&msg.body)).hash),
+                b'n' => got = Some(describing.finish(None).hash),
+                b'E' => got = None,
+                b'Z' if buf.is_empty() && msg.body.first() == Some(&b'I') => return Ok(got),
+                b'Z' => {
+                    return Err(ConnectError::Protocol(
+                        "unexpected answer to Weir's Describe",
+                    ))
+                }
+                _ => {}
+            }
+        }
+    };
+    match crate::timers::timeout(super::INTERNAL_QUERY_TIMEOUT, work).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout),
     }
 }
 

@@ -478,7 +478,8 @@ impl Session {
             }
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
                 // Errors whole: one that answers nothing is held back (below).
-                t == b'Z' || t == b'S' || t == b'E'
+                // Descriptions whole too, for prepared::check to keep.
+                t == b'Z' || t == b'S' || t == b'E' || (tracking && (t == b'T' || t == b't'))
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {

@@ -29,8 +29,10 @@ pub struct Ahead {
     /// releaser claims it unless the waiter has given up its place (cancel, timeout).
     pub client: Arc<ClientInfo>,
     /// Prepared statements (Weir's ids) the request names: it was rewritten as if the
-    /// server held them, so it may only go to one that does.
-    pub statements: Vec<u64>,
+    /// server held them, so it may only go to one that does; with the hash of the
+    /// description the client was given of each it described, which the server's must
+    /// be (prepared::check).
+    pub statements: Vec<(u64, Option<u64>)>,
     /// The request is one plain implicit transaction, whole (sql::pipeline): it may be
     /// sent behind another's.
     pub plain: bool,
@@ -110,7 +112,11 @@ impl Ahead {
     /// client's state by a query written in front of it (gucs::on_the_way); None when it
     /// may not go.
     fn prefix(&self, conn: &mut ServerConn) -> Option<Option<BytesMut>> {
-        if !self.statements.iter().all(|&id| conn.statements.touch(id)) {
+        let held = |&(id, told): &(u64, Option<u64>)| {
+            conn.statements.touch(id)
+                && told.is_none_or(|h| conn.statements.described(id) == Some(h))
+        };
+        if !self.statements.iter().all(held) {
             return None;
         }
         // Clients with the same parameters mostly share one set (server::welcome); one

@@ -68,8 +68,39 @@ pub fn server_message(
         }
         return ServerEdit::Remove;
     }
+    match (front, tag) {
+        (Reply::Check(_), b't') => {
+            p.describing.parameters(body.unwrap_or_default());
+            return ServerEdit::Remove;
+        }
+        (Reply::Check(def), b'T' | b'n') => {
+            let id = def.id;
+            let told = p.describing.finish(body.filter(|_| tag == b'T'));
+            server.set_described(id, told.hash);
+            p.checked = Some(id);
+            p.pop();
+            return ServerEdit::Remove;
+        }
+        (Reply::SentAs(b'D', ..), b't') => p.describing.parameters(body.unwrap_or_default()),
+        (&Reply::SentAs(b'D', id, _), b'T' | b'n') => {
+            let told = p.describing.finish(body.filter(|_| tag == b'T'));
+            server.set_described(id, told.hash);
+            p.described.insert(id, told);
+        }
+        _ => {}
+    }
+    let Some(front) = p.replies.front() else {
+        return ServerEdit::Keep;
+    };
+    if let (Reply::Raise, b'1' | b'2') = (front, tag) {
+        return ServerEdit::Remove;
+    }
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
+        let raised = body.is_some_and(|b| PgError::parse(b).code == "0A000");
+        if let (Reply::Raise, true) = (front, raised) {
+            edit = ServerEdit::Replace(error_response(&super::check::changed()));
+        }
         let failed_again = p.retry.failed_again(front);
         let put_back = failed_again.is_some();
         if let Some(refusal) = failed_again {

@@ -10,6 +10,7 @@
 //! exactly what a direct connection would send (`replies`).
 
 pub mod answers;
+pub mod check;
 pub mod defs;
 pub mod messages;
 pub mod queries;

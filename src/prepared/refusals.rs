@@ -123,12 +123,12 @@ fn held_as_weirs(server: &mut ServerStatements, name: &[u8]) -> bool {
 /// True when Weir may answer an error itself, the server's state being what the error
 /// leaves it in anyway: no transaction block, and (for an extended-protocol message)
 /// nothing run since the last Sync that the error would roll back.
-fn refuse_here(p: &ClientStatements, cx: &Context, query: bool) -> bool {
+pub(super) fn refuse_here(p: &ClientStatements, cx: &Context, query: bool) -> bool {
     cx.status == b'I' && (query || !p.ran)
 }
 
 /// Weir's own error in place of PostgreSQL's (see `Reply::Refused`).
-fn refuse(p: &mut ClientStatements, error: PgError, query: bool) -> Edit {
+pub(super) fn refuse(p: &mut ClientStatements, error: PgError, query: bool) -> Edit {
     p.push(Reply::Refused { error, query });
     if !query {
         p.refusing = true;

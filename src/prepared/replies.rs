@@ -144,6 +144,16 @@ pub struct ClientStatements {
     /// A statement of the client's name Weir prepared on the server to have PostgreSQL
     /// refuse the client's Parse in its own words: closed after the batch's Sync.
     pub close_after_sync: Option<Box<[u8]>>,
+    /// What the client was told of each statement it described, by statement id (a
+    /// statement the client knows by two names described at different times keeps the
+    /// last): see `check`.
+    pub described: HashMap<u64, super::check::Described>,
+    /// The description the server is sending, for a Describe of a statement.
+    pub describing: super::check::Describing,
+    /// `Reply::Check`s in the queue: the client's messages wait for their answer.
+    pub checks: u32,
+    /// The statement whose description a server just gave Weir (`check::before_use`).
+    pub checked: Option<u64>,
 }
 
 impl ClientStatements {
@@ -153,6 +163,9 @@ impl ClientStatements {
     }
 
     pub fn push(&mut self, r: Reply) {
+        if let Reply::Check(_) = r {
+            self.checks += 1;
+        }
         self.barriers += u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable += 1;
@@ -168,6 +181,9 @@ impl ClientStatements {
 
     pub fn pop(&mut self) -> Option<Reply> {
         let r = self.replies.pop_front()?;
+        if let Reply::Check(_) = r {
+            self.checks -= 1;
+        }
         self.barriers -= u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable -= 1;
@@ -178,6 +194,9 @@ impl ClientStatements {
 
     /// Puts a reply back at the front (one that stays owed after a change of kind).
     pub fn push_front(&mut self, r: Reply) {
+        if let Reply::Check(_) = r {
+            self.checks += 1;
+        }
         self.barriers += u32::from(r.is_barrier());
         if r.undoable() {
             self.undoable += 1;
@@ -193,6 +212,8 @@ impl ClientStatements {
         self.ran = false;
         self.refusing = false;
         self.close_after_sync = None;
+        self.checks = 0;
+        self.checked = None;
         self.retry.reset();
         self.undoable = 0;
         self.undoable_since_barrier = 0;
@@ -246,6 +267,10 @@ pub enum Reply {
     },
     /// Weir's Parse ahead of the client's Bind or Describe; its ParseComplete is removed.
     Prepared(Arc<Def>),
+    /// Weir's Describe of a statement it prepared (`check::before_use`), and Flush: its
+    /// ParameterDescription and RowDescription or NoData are removed, and kept as the
+    /// server's description of it.
+    Check(Arc<Def>),
     /// A Parse Weir sent only for the error it may raise; its ParseComplete is removed.
     Discarded,
     /// The client's SQL PREPARE, sent under Weir's name: as `Parsed`, for a query.
@@ -285,6 +310,11 @@ pub enum Reply {
     /// extended-protocol message, the client's messages up to Sync are dropped
     /// (`ClientStatements::refusing`); for a query, Weir adds its ReadyForQuery.
     Refused { error: PgError, query: bool },
+    /// PostgreSQL raising the client's 0A000 for a statement whose result changed
+    /// (`check::put_raise`): its ParseComplete and BindComplete are removed, and its error
+    /// gets the fields of the one a direct connection gets (routine RevalidateCachedQuery,
+    /// which drivers look at, and no PL/pgSQL context).
+    Raise,
     /// Weir's Close and Sync after the client's Sync (`close_after_sync`): everything
     /// the server answers them with is removed, up to their ReadyForQuery.
     Tidy,
@@ -326,6 +356,8 @@ impl Reply {
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
+            | Reply::Check(_)
+            | Reply::Raise
             | Reply::Discarded => false,
         }
     }
@@ -343,7 +375,7 @@ impl Reply {
             }
             Reply::Sent(b'B') => tag == b'2',
             Reply::Sent(b'C') | Reply::Evicted(_) => tag == b'3',
-            Reply::Sent(b'D') => matches!(tag, b'T' | b'n'),
+            Reply::Sent(b'D') | Reply::Check(_) => matches!(tag, b'T' | b'n'),
             Reply::Sent(b'E') => matches!(tag, b'C' | b'I' | b's'),
             Reply::Sent(_)
             | Reply::Reset { .. }
@@ -354,7 +386,7 @@ impl Reply {
             | Reply::SwallowReady
             | Reply::Tidy
             | Reply::Twice => tag == b'Z',
-            Reply::Synth { .. } | Reply::Refused { .. } => false,
+            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise => false,
         }
     }
 
@@ -435,6 +467,8 @@ impl Reply {
             | Reply::Refused { .. }
             | Reply::Tidy
             | Reply::SwallowReady
+            | Reply::Check(_)
+            | Reply::Raise
             | Reply::Discarded => {}
         }
     }

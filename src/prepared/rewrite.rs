@@ -25,6 +25,9 @@ pub enum Edit {
     /// Dropped, and owed nothing: PostgreSQL would have skipped it, after the error Weir
     /// answered in its place (`Reply::Refused`).
     Drop,
+    /// What was written to `out` goes before it, and it waits (un-framed) for the answer
+    /// (`check::before_use`).
+    Before,
 }
 
 /// The bounds and state a rewrite needs besides the sets.
@@ -95,6 +98,8 @@ pub fn client_message(
                 return parse_taken(p, server, name, rest, cx, out);
             }
             let def = intern(rest);
+            // A statement prepared again is described again (or not at all) from now on.
+            p.described.remove(&def.id);
             let name: Box<[u8]> = name.into();
             if p.names.count(def.id) > 0 {
                 p.aliased.insert(def.id);
@@ -146,6 +151,9 @@ pub fn client_message(
                     return Edit::Hold;
                 }
                 Some(server) => {
+                    if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
+                        return e;
+                    }
                     if !ensure_any(p, server, &def, cx, out) {
                         if cx.status != b'E' {
                             return keep(p);
@@ -188,6 +196,11 @@ pub fn client_message(
                 // The server keeps it cached for whoever prepares the same text next;
                 // closing a name that does not exist is no error in PostgreSQL either.
                 let before = p.names.remove_entry(name);
+                if let Some((_, def)) = &before {
+                    if p.names.count(def.id) == 0 {
+                        p.described.remove(&def.id);
+                    }
+                }
                 p.push(Reply::Synth {
                     tag: b'3',
                     undo: before.map(|(n, d)| (n, Some(d))),
@@ -197,6 +210,9 @@ pub fn client_message(
             let Some(def) = p.names.get(name).cloned() else {
                 return missing(p, server, (tag, body), name, cx, out).unwrap_or_else(|| keep(p));
             };
+            if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
+                return e;
+            }
             if !ensure_any(p, server, &def, cx, out) {
                 return keep(p);
             }
@@ -224,6 +240,7 @@ pub fn client_message(
             let Some(server) = server else {
                 return Edit::Hold;
             };
+            p.described.clear();
             let reset = Reply::Reset {
                 names: std::mem::take(&mut p.names),
                 server: std::mem::take(server),
@@ -467,7 +484,12 @@ fn ensure(
 }
 
 /// Closes what must go for one more statement to fit in the server's cache.
-fn evict(p: &mut ClientStatements, server: &mut ServerStatements, cap: usize, out: &mut BytesMut) {
+pub(super) fn evict(
+    p: &mut ClientStatements,
+    server: &mut ServerStatements,
+    cap: usize,
+    out: &mut BytesMut,
+) {
     while let Some(victim) = server.evict(cap) {
         p.counts.evictions += 1;
         put_target(out, b'C', victim.id);

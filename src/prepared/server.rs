@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use super::defs::Def;
 
-/// Statement id -> (when it was last used, the statement); the least recently used is
+/// Statement id -> (when it was last used, the statement, the hash of its description
+/// when Weir saw one from this server: see `check`); the least recently used is
 /// closed when a new one would exceed max_prepared_statements. A linear search for it is
 /// cheaper than keeping an order on every use: it runs only when the cache is full and a
 /// statement the server lacks is needed. Holding the statement keeps it interned while
@@ -13,7 +14,7 @@ use super::defs::Def;
 /// the server need not prepare it again).
 #[derive(Debug, Default)]
 pub struct ServerStatements {
-    used: HashMap<u64, (u64, Arc<Def>)>,
+    used: HashMap<u64, (u64, Arc<Def>, Option<u64>)>,
     tick: u64,
 }
 
@@ -22,7 +23,7 @@ impl ServerStatements {
     pub fn touch(&mut self, id: u64) -> bool {
         self.tick += 1;
         match self.used.get_mut(&id) {
-            Some((t, _)) => {
+            Some((t, ..)) => {
                 *t = self.tick;
                 true
             }
@@ -37,7 +38,18 @@ impl ServerStatements {
 
     pub fn insert(&mut self, def: &Arc<Def>) {
         self.tick += 1;
-        self.used.insert(def.id, (self.tick, def.clone()));
+        self.used.insert(def.id, (self.tick, def.clone(), None));
+    }
+
+    /// The hash of the statement's description on this server, if Weir saw it.
+    pub fn described(&self, id: u64) -> Option<u64> {
+        self.used.get(&id).and_then(|e| e.2)
+    }
+
+    pub fn set_described(&mut self, id: u64, hash: u64) {
+        if let Some(e) = self.used.get_mut(&id) {
+            e.2 = Some(hash);
+        }
     }
 
     pub fn remove(&mut self, id: u64) {
@@ -46,7 +58,7 @@ impl ServerStatements {
 
     /// Removes the statement and gives it back, if the server holds it.
     pub fn take(&mut self, id: u64) -> Option<Arc<Def>> {
-        self.used.remove(&id).map(|(_, def)| def)
+        self.used.remove(&id).map(|(_, def, _)| def)
     }
 
     /// The statement to close before one more may be prepared within `cap`, if any.
@@ -60,8 +72,8 @@ impl ServerStatements {
             return None;
         }
         let candidates = self.used.iter().filter(|(id, _)| !keep.contains(id));
-        let (&id, _) = candidates.min_by_key(|(_, (t, _))| *t)?;
-        self.used.remove(&id).map(|(_, def)| def)
+        let (&id, _) = candidates.min_by_key(|(_, (t, ..))| *t)?;
+        self.used.remove(&id).map(|(_, def, _)| def)
     }
 
     pub fn len(&self) -> usize {

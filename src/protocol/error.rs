@@ -15,6 +15,9 @@ pub struct ErrorFields {
     pub code: String,
     pub message: String,
     pub detail: Option<String>,
+    /// PostgreSQL's source function ('R'), for an error Weir makes in PostgreSQL's place
+    /// where drivers tell errors apart by it (asyncpg's InvalidCachedStatementError).
+    pub routine: Option<&'static str>,
 }
 
 impl Deref for PgError {
@@ -37,6 +40,7 @@ impl PgError {
             code: code.into(),
             message: message.into(),
             detail: None,
+            routine: None,
         }))
     }
 

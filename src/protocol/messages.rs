@@ -50,6 +50,10 @@ fn error_or_notice(tag: u8, err: &PgError) -> BytesMut {
             b.put_u8(b'D');
             put_cstr(b, detail);
         }
+        if let Some(routine) = err.routine {
+            b.put_u8(b'R');
+            put_cstr(b, routine);
+        }
         b.put_u8(0);
     })
 }

@@ -1,0 +1,232 @@
+//! A named statement the client described on one server, run after DDL on a server that
+//! never held it. Directly, PostgreSQL refuses the client's old statement once what it
+//! returns changed ("cached plan must not change result type", 0A000) and keeps the
+//! parameter types it was prepared with. Through Weir the statement is prepared afresh on
+//! the other server: PostgreSQL would plan today's types and raise nothing, and a client
+//! that binds without describing again (asyncpg) would decode rows of the new type with
+//! the old description. The client must get the refusal, and what it asked for must not
+//! run.
+
+mod common;
+
+use common::proto::*;
+use common::*;
+
+const WRITE: &str = "insert into sink (v) values ($1) returning v";
+const READ: &str = "select id from st where id = $1";
+const COUNT: &str = "select count(*) from pt where v = $1";
+
+/// PostgreSQL with the tables, and Weir in transaction mode with two servers.
+fn setup() -> (PgServer, Weir) {
+    let pg = PgServer::start();
+    pg.exec(
+        "create table sink (v int); create table st (id int); insert into st values (1); \
+         create table pt (v int); insert into pt values (5)",
+    );
+    let weir = Weir::for_pg(&pg)
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 2)
+        .start();
+    (pg, weir)
+}
+
+fn connect(port: u16) -> RawConn {
+    RawConn::startup(port, "postgres", "postgres", &[]).unwrap()
+}
+
+/// Bind of one int4 parameter sent in binary (as asyncpg sends it), results in text.
+fn bind_int4(stmt: &str, v: i32) -> Vec<u8> {
+    let mut b = vec![0];
+    b.extend_from_slice(stmt.as_bytes());
+    b.push(0);
+    b.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 4]);
+    b.extend_from_slice(&v.to_be_bytes());
+    b.extend_from_slice(&[0, 0]);
+    msg(b'B', &b)
+}
+
+/// Runs a statement as asyncpg does once it is prepared: Bind, Execute, Sync.
+fn run(c: &mut RawConn, stmt: &str, v: i32) -> Vec<String> {
+    c.send(&[bind_int4(stmt, v), execute("", 0), sync()].concat());
+    told(c)
+}
+
+/// The replies, errors with their message and ReadyForQuery with its status.
+fn told(c: &mut RawConn) -> Vec<String> {
+    c.read_until_ready()
+        .iter()
+        .filter_map(|m| match m.tag {
+            b'E' => {
+                let e = parse_error(&m.body);
+                Some(format!("E {} {} {}", e.severity, e.code, e.message))
+            }
+            b'D' => Some(format!("D {:?}", data_row(&m.body))),
+            b'Z' => Some(format!("Z {}", m.body[0] as char)),
+            b'N' | b'S' => None,
+            _ => Some(m.tag_char().to_string()),
+        })
+        .collect()
+}
+
+/// Prepares and describes the three statements (asyncpg's Parse, Describe, Sync), and runs
+/// each once, in a transaction: the server's pid.
+fn prepare_all(c: &mut RawConn) -> String {
+    c.simple_query("begin").unwrap();
+    for (name, sql) in [("w", WRITE), ("r", READ), ("q", COUNT)] {
+        c.send(&[parse(name, sql), describe(b'S', name), sync()].concat());
+        let got = told(c);
+        assert_eq!((got[0].as_str(), got[1].as_str()), ("1", "t"), "{name}");
+        assert_eq!(got.len(), 4, "{name}: {got:?}");
+    }
+    assert_eq!(run(c, "w", 41), ["2", r#"D [Some("41")]"#, "C", "Z T"]);
+    assert_eq!(run(c, "r", 1), ["2", r#"D [Some("1")]"#, "C", "Z T"]);
+    assert_eq!(run(c, "q", 5), ["2", r#"D [Some("1")]"#, "C", "Z T"]);
+    let pid = c.query_one("select pg_backend_pid()");
+    c.simple_query("commit").unwrap();
+    pid
+}
+
+const REFUSED: &str = "E ERROR 0A000 cached plan must not change result type";
+
+/// What the client sees after the DDL: the same directly and through Weir.
+fn after_ddl(c: &mut RawConn) {
+    // The result of r did not change; q's parameter is still the int4 it was prepared
+    // with (fresh, PostgreSQL would take it for the column's new bigint and refuse the
+    // four bytes sent).
+    assert_eq!(run(c, "r", 1), ["2", r#"D [Some("1")]"#, "C", "Z I"]);
+    assert_eq!(run(c, "q", 5), ["2", r#"D [Some("1")]"#, "C", "Z I"]);
+    // w now returns text: refused, outside a block and in one (which it aborts).
+    assert_eq!(run(c, "w", 42), [REFUSED, "Z I"]);
+    c.simple_query("begin").unwrap();
+    assert_eq!(run(c, "w", 43), [REFUSED, "Z E"]);
+    let e = c.simple_query("select 1").unwrap_err();
+    assert_eq!(e.code, "25P02");
+    c.simple_query("rollback").unwrap();
+    // r still runs in a block.
+    c.simple_query("begin").unwrap();
+    assert_eq!(run(c, "r", 1), ["2", r#"D [Some("1")]"#, "C", "Z T"]);
+    c.simple_query("commit").unwrap();
+}
+
+const DDL: &str = "alter table sink alter column v type text; \
+                   alter table pt alter column v type bigint";
+
+#[test]
+fn direct_connection() {
+    let (pg, _weir) = setup();
+    let mut c = connect(pg.port());
+    prepare_all(&mut c);
+    pg.exec(DDL);
+    after_ddl(&mut c);
+    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+}
+
+/// Through Weir, the client's statements are run on the server that never held them.
+#[test]
+fn through_weir_on_a_server_that_never_held_the_statement() {
+    let (pg, weir) = setup();
+    let mut c = connect(weir.port());
+    let pid = prepare_all(&mut c);
+    pg.exec(DDL);
+    let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
+    other.simple_query("rollback").unwrap();
+    after_ddl(&mut c);
+    assert_eq!(
+        c.query_one("select pg_backend_pid()"),
+        other_pid,
+        "the client ran on the other server"
+    );
+    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    // The server prepared q with the parameter type the client was told.
+    let types =
+        format!("select parameter_types from pg_prepared_statements where statement = '{COUNT}'");
+    assert_eq!(c.query_one(&types), "{integer}");
+    // Prepared again, the statement returns the new type.
+    c.send(&[parse("w2", WRITE), describe(b'S', "w2"), sync()].concat());
+    assert_eq!(told(&mut c).len(), 4);
+    c.send(&[bind("", "w2", &[Some("44")]), execute("", 0), sync()].concat());
+    assert_eq!(told(&mut c), ["2", r#"D [Some("44")]"#, "C", "Z I"]);
+    assert_eq!(
+        stored(&pg, "select string_agg(v, ',' order by v) from sink"),
+        "41,44"
+    );
+    // The refusal in the block is PostgreSQL's own error, logged as a direct connection
+    // logs it (the one outside a block is Weir's, and not logged at all).
+    assert_eq!(logged_errors(&pg), [CHANGED, ABORTED]);
+}
+
+const CHANGED: &str = "cached plan must not change result type";
+const ABORTED: &str =
+    "current transaction is aborted, commands ignored until end of transaction block";
+
+/// The messages of the ERROR lines in PostgreSQL's log: none may be of Weir's making.
+fn logged_errors(pg: &PgServer) -> Vec<String> {
+    // PostgreSQL writes its log as it goes: give a slow disk a moment.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = pg.log();
+    log.lines()
+        .filter_map(|l| l.split_once(" ERROR:  ").map(|(_, m)| m.to_string()))
+        .collect()
+}
+
+/// What PostgreSQL holds, read on a connection of its own.
+fn stored(pg: &PgServer, sql: &str) -> String {
+    connect(pg.port()).query_one(sql)
+}
+
+/// The client's request arrives while every server is busy: it is framed while queueing,
+/// and the server it gets never held the statements.
+#[test]
+fn through_weir_after_queueing() {
+    let (pg, weir) = setup();
+    let mut c = connect(weir.port());
+    let pid = prepare_all(&mut c);
+    pg.exec(DDL);
+    let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
+    let other = &mut other;
+    let queued = |c: &mut RawConn, other: &mut RawConn, stmt: &str, v: i32| {
+        c.send(&[bind_int4(stmt, v), execute("", 0), sync()].concat());
+        // The request waits for a server meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        other.simple_query("rollback").unwrap();
+        let got = told(c);
+        other.simple_query("begin").unwrap();
+        got
+    };
+    assert_eq!(
+        queued(&mut c, other, "r", 1),
+        ["2", r#"D [Some("1")]"#, "C", "Z I"]
+    );
+    assert_eq!(
+        queued(&mut c, other, "q", 5),
+        ["2", r#"D [Some("1")]"#, "C", "Z I"]
+    );
+    assert_eq!(queued(&mut c, other, "w", 42), [REFUSED, "Z I"]);
+    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    // Again, on the server that now holds the fresh statement.
+    assert_eq!(queued(&mut c, other, "w", 43), [REFUSED, "Z I"]);
+    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    other.simple_query("rollback").unwrap();
+    assert_eq!(c.query_one("select pg_backend_pid()"), other_pid);
+    assert_eq!(logged_errors(&pg), [CHANGED, CHANGED]);
+}
+
+/// Two clients take both servers in a transaction each: (the one holding the server
+/// `pid`, the one holding the other server, that server's pid).
+fn hold_both(weir: &Weir, pid: &str) -> (RawConn, RawConn, String) {
+    let mut held: Vec<(RawConn, String)> = (0..2)
+        .map(|_| {
+            let mut h = connect(weir.port());
+            h.simple_query("begin").unwrap();
+            let p = h.query_one("select pg_backend_pid()");
+            (h, p)
+        })
+        .collect();
+    if held[1].1 == pid {
+        held.swap(0, 1);
+    }
+    assert_eq!(held[0].1, pid, "the client's server is one of the two");
+    let (other, other_pid) = held.pop().unwrap();
+    let (keeper, _) = held.pop().unwrap();
+    (keeper, other, other_pid)
+}
