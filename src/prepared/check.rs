@@ -119,7 +119,7 @@ pub fn before_use(
     if p.checks > 0 {
         return Some(Edit::Hold);
     }
-    let (hash, params) = (told.hash, told.params.clone());
+    let hash = told.hash;
     let fresh = p.checked.take() == Some(def.id);
     if server.touch(def.id) {
         match server.described(def.id) {
@@ -136,7 +136,9 @@ pub fn before_use(
     }
     evict(p, server, cx.cap, out);
     p.counts.server_parses += 1;
-    put_parse_described(out, def, &params);
+    // Copied only here, off the path of a statement the server holds as the client knows it.
+    let params = p.described.get(&def.id).map(|t| t.params.clone());
+    put_parse_described(out, def, params.as_deref().unwrap_or_default());
     server.insert(def);
     p.push(Reply::Prepared(def.clone()));
     put_message(out, b'H', |_| {});
