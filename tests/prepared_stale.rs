@@ -111,23 +111,40 @@ fn after_ddl(c: &mut RawConn) {
 const DDL: &str = "alter table sink alter column v type text; \
                    alter table pt alter column v type bigint";
 
-#[test]
-fn direct_connection() {
+/// A client connected directly prepares its statements, then the DDL, then `scenario`.
+fn direct(scenario: impl FnOnce(&mut RawConn)) -> PgServer {
     let (pg, _weir) = setup();
     let mut c = connect(pg.port());
     prepare_all(&mut c);
     pg.exec(DDL);
-    after_ddl(&mut c);
-    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    scenario(&mut c);
+    pg
+}
+
+/// The same through Weir, up to the DDL: the client, and its server's pid.
+fn through_weir() -> (PgServer, Weir, RawConn, String) {
+    let (pg, weir) = setup();
+    let mut c = connect(weir.port());
+    let pid = prepare_all(&mut c);
+    pg.exec(DDL);
+    (pg, weir, c, pid)
+}
+
+/// The values in `sink`, in order.
+fn sink(pg: &PgServer) -> String {
+    stored(pg, "select string_agg(v, ',' order by v) from sink")
+}
+
+#[test]
+fn direct_connection() {
+    let pg = direct(after_ddl);
+    assert_eq!(sink(&pg), "41");
 }
 
 /// Through Weir, the client's statements are run on the server that never held them.
 #[test]
 fn through_weir_on_a_server_that_never_held_the_statement() {
-    let (pg, weir) = setup();
-    let mut c = connect(weir.port());
-    let pid = prepare_all(&mut c);
-    pg.exec(DDL);
+    let (pg, weir, mut c, pid) = through_weir();
     let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
     other.simple_query("rollback").unwrap();
     after_ddl(&mut c);
@@ -136,7 +153,7 @@ fn through_weir_on_a_server_that_never_held_the_statement() {
         other_pid,
         "the client ran on the other server"
     );
-    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    assert_eq!(sink(&pg), "41");
     // The server prepared q with the parameter type the client was told.
     let types =
         format!("select parameter_types from pg_prepared_statements where statement = '{COUNT}'");
@@ -146,10 +163,7 @@ fn through_weir_on_a_server_that_never_held_the_statement() {
     assert_eq!(told(&mut c).len(), 4);
     c.send(&[bind("", "w2", &[Some("44")]), execute("", 0), sync()].concat());
     assert_eq!(told(&mut c), ["2", r#"D [Some("44")]"#, "C", "Z I"]);
-    assert_eq!(
-        stored(&pg, "select string_agg(v, ',' order by v) from sink"),
-        "41,44"
-    );
+    assert_eq!(sink(&pg), "41,44");
     // The refusal in the block is PostgreSQL's own error, logged as a direct connection
     // logs it (the one outside a block is Weir's, and not logged at all).
     assert_eq!(logged_errors(&pg), [CHANGED, ABORTED]);
@@ -178,10 +192,7 @@ fn stored(pg: &PgServer, sql: &str) -> String {
 /// and the server it gets never held the statements.
 #[test]
 fn through_weir_after_queueing() {
-    let (pg, weir) = setup();
-    let mut c = connect(weir.port());
-    let pid = prepare_all(&mut c);
-    pg.exec(DDL);
+    let (pg, weir, mut c, pid) = through_weir();
     let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
     let other = &mut other;
     let queued = |c: &mut RawConn, other: &mut RawConn, stmt: &str, v: i32| {
@@ -202,10 +213,10 @@ fn through_weir_after_queueing() {
         ["2", r#"D [Some("1")]"#, "C", "Z I"]
     );
     assert_eq!(queued(&mut c, other, "w", 42), [REFUSED, "Z I"]);
-    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    assert_eq!(sink(&pg), "41");
     // Again, on the server that now holds the fresh statement.
     assert_eq!(queued(&mut c, other, "w", 43), [REFUSED, "Z I"]);
-    assert_eq!(stored(&pg, "select string_agg(v, ',') from sink"), "41");
+    assert_eq!(sink(&pg), "41");
     other.simple_query("rollback").unwrap();
     assert_eq!(c.query_one("select pg_backend_pid()"), other_pid);
     assert_eq!(logged_errors(&pg), [CHANGED, CHANGED]);
@@ -229,4 +240,105 @@ fn hold_both(weir: &Weir, pid: &str) -> (RawConn, RawConn, String) {
     let (other, other_pid) = held.pop().unwrap();
     let (keeper, _) = held.pop().unwrap();
     (keeper, other, other_pid)
+}
+
+/// A request of two batches, the stale statement in the middle of the first: PostgreSQL
+/// runs what comes before it, refuses it, skips the rest of that batch and runs the next.
+/// (Directly, and through Weir queued: the refusal used to go in front of the whole
+/// request, where it refused the first batch and let the stale statement's run.)
+fn batches(c: &mut RawConn) -> Vec<String> {
+    c.send(
+        &[
+            bind_int4("r", 1),
+            execute("", 0),
+            bind_int4("w", 42),
+            execute("", 0),
+            sync(),
+            bind_int4("q", 5),
+            execute("", 0),
+            bind_int4("w", 43),
+            execute("", 0),
+            sync(),
+            bind_int4("r", 1),
+            execute("", 0),
+            sync(),
+        ]
+        .concat(),
+    );
+    [told(c), told(c), told(c)].concat()
+}
+
+const BATCHES: [&str; 14] = [
+    "2",
+    r#"D [Some("1")]"#,
+    "C",
+    REFUSED,
+    "Z I",
+    "2",
+    r#"D [Some("1")]"#,
+    "C",
+    REFUSED,
+    "Z I",
+    "2",
+    r#"D [Some("1")]"#,
+    "C",
+    "Z I",
+];
+
+#[test]
+fn several_batches_direct() {
+    let pg = direct(|c| assert_eq!(batches(c), BATCHES));
+    assert_eq!(sink(&pg), "41");
+}
+
+#[test]
+fn several_batches_through_weir_after_queueing() {
+    let (pg, weir, mut c, pid) = through_weir();
+    let (_keeper, mut other, _) = hold_both(&weir, &pid);
+    let waiter = std::thread::spawn(move || {
+        // The request waits for a server meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        other.simple_query("rollback").unwrap();
+        other
+    });
+    assert_eq!(batches(&mut c), BATCHES);
+    waiter.join().unwrap();
+    assert_eq!(sink(&pg), "41");
+}
+
+/// The client prepares the same text again under a second name after the DDL: the new
+/// name is planned afresh and runs; the old one is still refused. (Weir keeps one server
+/// statement for both names; it used to forget the first name's description then.)
+fn second_name(c: &mut RawConn) {
+    c.send(&[parse("w_again", WRITE), describe(b'S', "w_again"), sync()].concat());
+    assert_eq!(told(c).len(), 4);
+    let run_text = |c: &mut RawConn, v: &str| {
+        c.send(&[bind("", "w_again", &[Some(v)]), execute("", 0), sync()].concat());
+        told(c)
+    };
+    assert_eq!(run_text(c, "44"), ["2", r#"D [Some("44")]"#, "C", "Z I"]);
+    assert_eq!(run(c, "w", 45), [REFUSED, "Z I"]);
+    assert_eq!(run_text(c, "46"), ["2", r#"D [Some("46")]"#, "C", "Z I"]);
+    // Closed, the second name takes its description with it; the first keeps its own.
+    c.send(&[msg(b'C', b"Sw_again\0"), sync()].concat());
+    assert_eq!(told(c), ["3", "Z I"]);
+    assert_eq!(run(c, "w", 47), [REFUSED, "Z I"]);
+}
+
+#[test]
+fn a_second_name_for_the_same_text_direct() {
+    let pg = direct(second_name);
+    assert_eq!(sink(&pg), "41,44,46");
+}
+
+/// On the server that never held the statement (on the other, PostgreSQL refuses the
+/// old plan itself).
+#[test]
+fn a_second_name_for_the_same_text_through_weir() {
+    let (pg, weir, mut c, pid) = through_weir();
+    let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
+    other.simple_query("rollback").unwrap();
+    second_name(&mut c);
+    assert_eq!(c.query_one("select pg_backend_pid()"), other_pid);
+    assert_eq!(sink(&pg), "41,44,46");
 }

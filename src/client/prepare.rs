@@ -282,15 +282,13 @@ impl Session {
 
     /// A request framed while queueing names a statement the client described.
     pub(super) fn described_ahead(&mut self) -> bool {
-        statements(&mut self.extras).is_some_and(|p| {
-            !p.described.is_empty() && p.ahead.iter().any(|d| p.described.contains_key(&d.id))
-        })
+        statements(&mut self.extras).is_some_and(|p| check::described_ahead(p))
     }
 
     /// Before `settle_ahead`: on the idle server a request framed while queueing got,
     /// before anything of it is written, the statements it names that the client
-    /// described are looked at (prepared::check::to_settle); one whose description is
-    /// not the client's makes the request fail in its place.
+    /// described are looked at (prepared::check::to_settle); a use of one whose
+    /// description is not the client's fails in its place (`check::raise_ahead`).
     pub(super) async fn settle_described(
         &mut self,
         server: &mut crate::server::ServerConn,
@@ -298,30 +296,38 @@ impl Session {
         let Some(p) = statements(&mut self.extras) else {
             return Ok(());
         };
-        let mut changed = false;
-        for s in check::to_settle(p, &mut server.statements) {
-            if let Some(hash) = described_on(server, &s.batch).await? {
-                changed |= check::settled(p, &mut server.statements, &s, hash);
-            }
-        }
-        if !changed {
+        let todo = check::to_settle(p, &mut server.statements);
+        if todo.is_empty() {
             return Ok(());
         }
-        let mut out = BytesMut::new();
-        check::fail_ahead(p, &mut out);
-        splice(&mut self.inbuf, 0..0, &out);
+        for s in &todo {
+            if let Some(hash) = described_on(server, &s.batch).await? {
+                check::settled(p, &mut server.statements, s, hash);
+            }
+        }
         let scanned = self.cframe.scanned();
-        self.cframe.rewritten(0, scanned + out.len());
+        let request = &self.inbuf[..scanned];
+        let Ok(raises) = check::raise_ahead(p, &server.statements, request) else {
+            return Err(crate::server::ConnectError::Protocol(
+                "a request names a prepared statement as Weir names it on the server",
+            ));
+        };
+        if raises.is_empty() {
+            return Ok(());
+        }
+        let raise = check::raise_bytes();
+        for &at in raises.iter().rev() {
+            splice(&mut self.inbuf, at..at, &raise);
+        }
+        self.cframe
+            .rewritten(0, scanned + raises.len() * raise.len());
         Ok(())
     }
 
     /// The ids of the statements a request framed while queueing needs on the server it
     /// goes ahead to.
     pub(super) fn ahead_needs(&mut self) -> Vec<(u64, Option<u64>)> {
-        statements(&mut self.extras).map_or_else(Vec::new, |p| {
-            let told = |id| p.described.get(&id).map(|d| d.hash);
-            p.ahead.iter().map(|d| (d.id, told(d.id))).collect()
-        })
+        statements(&mut self.extras).map_or_else(Vec::new, |p| check::ahead_needs(p))
     }
 
     pub(super) fn flush_prepared_stats(&mut self) {

@@ -82,10 +82,11 @@ pub fn server_message(
             return ServerEdit::Remove;
         }
         (Reply::SentAs(b'D', ..), b't') => p.describing.parameters(body.unwrap_or_default()),
-        (&Reply::SentAs(b'D', id, _), b'T' | b'n') => {
+        (Reply::SentAs(b'D', id, name), b'T' | b'n') => {
+            let (id, name) = (*id, name.clone());
             let told = p.describing.finish(body.filter(|_| tag == b'T'));
             server.set_described(id, told.hash);
-            p.described.insert(id, told);
+            p.tell(id, name.as_deref(), told);
         }
         _ => {}
     }

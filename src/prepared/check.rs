@@ -105,13 +105,14 @@ pub fn before_use(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     def: &Arc<Def>,
+    name: &[u8],
     cx: &Context,
     out: &mut BytesMut,
 ) -> Option<Edit> {
-    if def.sql || p.described.is_empty() {
+    if def.sql {
         return None;
     }
-    let told = p.described.get(&def.id)?;
+    let told = p.told(def.id, Some(name))?;
     if cx.status == b'E' || p.skipping {
         // PostgreSQL refuses whatever comes now: the usual way gets its error.
         return None;
@@ -137,7 +138,7 @@ pub fn before_use(
     evict(p, server, cx.cap, out);
     p.counts.server_parses += 1;
     // Copied only here, off the path of a statement the server holds as the client knows it.
-    let params = p.described.get(&def.id).map(|t| t.params.clone());
+    let params = p.told(def.id, Some(name)).map(|t| t.params.clone());
     put_parse_described(out, def, params.as_deref().unwrap_or_default());
     server.insert(def);
     p.push(Reply::Prepared(def.clone()));
@@ -163,61 +164,147 @@ fn put_parse_described(out: &mut BytesMut, def: &Def, params: &[u8]) {
 /// answers): it is prepared and described in a batch of Weir's own.
 pub struct Settle {
     def: Arc<Def>,
-    told: u64,
     pub batch: BytesMut,
 }
 
+/// The request framed while queueing uses a statement the client described.
+pub fn described_ahead(p: &ClientStatements) -> bool {
+    uses_ahead(p).any(|(_, _, told)| told.is_some())
+}
+
+/// The statements the request framed while queueing needs on the server it goes ahead
+/// to, with what the client was told of each use (pool::ahead compares).
+pub fn ahead_needs(p: &ClientStatements) -> Vec<(u64, Option<u64>)> {
+    let mut needs: Vec<_> = p.ahead.iter().map(|d| (d.id, None)).collect();
+    needs.extend(uses_ahead(p).filter_map(|(_, id, t)| Some((id, Some(t?.hash)))));
+    needs
+}
+
+/// Each Bind and Describe of a statement in the request framed while queueing: its
+/// index in the replies, its statement, and what the client was told of it by the name
+/// it used.
+fn uses_ahead(p: &ClientStatements) -> impl Iterator<Item = (usize, u64, Option<&Described>)> {
+    p.replies.iter().enumerate().filter_map(|(at, r)| match r {
+        Reply::SentAs(b'B' | b'D', id, name) => Some((at, *id, p.told(*id, name.as_deref()))),
+        _ => None,
+    })
+}
+
 /// For a request framed while queueing, which is rewritten already and has not gone
-/// ahead: each statement it names that the client described and the server lacks (or
-/// holds with another description; Weir's Close of it comes first).
+/// ahead: each statement it uses by a name the client described that the server lacks
+/// (or holds with a description other than one the client was told; Weir's Close of it
+/// comes first).
 pub fn to_settle(p: &ClientStatements, server: &mut ServerStatements) -> Vec<Settle> {
-    let mut todo = Vec::new();
-    for def in p.ahead.iter().filter(|d| !d.sql) {
-        let Some(told) = p.described.get(&def.id) else {
+    let mut todo: Vec<Settle> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (_, id, told) in uses_ahead(p) {
+        let Some(told) = told else {
             continue;
         };
-        let held = server.touch(def.id);
-        if held && server.described(def.id) == Some(told.hash) {
+        if !seen.insert(id) {
+            continue;
+        }
+        let Some(def) = p.ahead.iter().find(|d| d.id == id && !d.sql) else {
+            continue;
+        };
+        let held = server.touch(id);
+        let all_told = uses_ahead(p)
+            .filter(|u| u.1 == id)
+            .all(|(_, _, t)| t.is_none_or(|t| server.described(id) == Some(t.hash)));
+        if held && all_told {
             continue;
         }
         let mut batch = BytesMut::new();
         if held {
-            put_target(&mut batch, b'C', def.id);
-            server.remove(def.id);
+            put_target(&mut batch, b'C', id);
+            server.remove(id);
         }
         put_parse_described(&mut batch, def, &told.params);
         put_message(&mut batch, b'S', |_| {});
         todo.push(Settle {
             def: def.clone(),
-            told: told.hash,
             batch,
         });
     }
     todo
 }
 
-/// The server prepared a statement of `to_settle` and described it (`hash`): true when
-/// the description is not the client's; the request is then made to fail in its place
-/// (`fail_ahead`). A statement PostgreSQL refused to prepare is left to the usual Parse
-/// in front of the request, whose error the client gets.
-pub fn settled(
-    p: &mut ClientStatements,
-    server: &mut ServerStatements,
-    s: &Settle,
-    hash: u64,
-) -> bool {
+/// The server prepared a statement of `to_settle` and described it (`hash`). A
+/// statement PostgreSQL refused to prepare is left to the usual Parse in front of the
+/// request, whose error the client gets.
+pub fn settled(p: &mut ClientStatements, server: &mut ServerStatements, s: &Settle, hash: u64) {
     p.counts.server_parses += 1;
     server.insert(&s.def);
     server.set_described(s.def.id, hash);
-    hash != s.told
 }
 
-/// Makes the request framed while queueing fail, as PostgreSQL would refuse the
-/// client's statement (see `to_settle`): PostgreSQL raises the error in front of
-/// it (`put_raise`), and the server skips the rest up to Sync.
-pub fn fail_ahead(p: &mut ClientStatements, out: &mut BytesMut) {
-    put_raise(out);
-    p.push_front(Reply::Raise);
+/// After `to_settle`: where, in the request framed while queueing (`request`, its bytes
+/// as rewritten), PostgreSQL must refuse a use of a statement whose result is not the
+/// one the client was told, as it refuses the client's stale statement on a direct
+/// connection. PostgreSQL skips to the Sync after an error, so the first such use of
+/// each batch gets the error raised in front of it (`put_raise`), and everything before
+/// it in the batch runs as it would have. Each raise's entry goes in front of the
+/// use's in the replies. Returns the offsets to put a raise at (in increasing order),
+/// or Err when the request's messages and the replies do not agree (a client naming a
+/// statement as Weir names it on the server): the request must not run then.
+pub fn raise_ahead(
+    p: &mut ClientStatements,
+    server: &ServerStatements,
+    request: &[u8],
+) -> Result<Vec<usize>, ()> {
+    let mut uses: std::collections::HashMap<u64, std::collections::VecDeque<(usize, bool)>> =
+        std::collections::HashMap::new();
+    for (at, id, told) in uses_ahead(p) {
+        let stale = told.is_some_and(|t| server.described(id).is_some_and(|h| h != t.hash));
+        uses.entry(id).or_default().push_back((at, stale));
+    }
+    let mut raises = Vec::new();
+    let mut raised = false;
+    let mut at = 0;
+    while let Some(header) = request.get(at..at + 5) {
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let Some(body) = request.get(at + 5..at + 1 + len.max(4)) else {
+            break;
+        };
+        let named = match header[0] {
+            b'S' => {
+                raised = false;
+                None
+            }
+            b'B' => super::messages::bind_parts(body).map(|(_, s, _)| s),
+            b'D' => super::messages::target_parts(body).and_then(|(k, n)| (k == b'S').then_some(n)),
+            _ => None,
+        };
+        if let Some(queue) = named
+            .and_then(super::messages::server_id)
+            .and_then(|id| uses.get_mut(&id))
+        {
+            let (reply, stale) = queue.pop_front().ok_or(())?;
+            if stale && !raised {
+                raises.push((at, reply));
+                raised = true;
+            }
+        }
+        at += 1 + len.max(4);
+    }
+    if uses.values().any(|q| !q.is_empty()) {
+        return Err(());
+    }
+    for &(_, reply) in raises.iter().rev() {
+        p.insert_raise(reply);
+    }
+    if !raises.is_empty() {
+        // No other client's request goes behind a batch that ends in an error.
+        p.opaque = true;
+    }
+    Ok(raises.into_iter().map(|(at, _)| at).collect())
+}
+
+/// The bytes of one `put_raise`.
+pub fn raise_bytes() -> BytesMut {
+    let mut out = BytesMut::new();
+    put_raise(&mut out);
+    out
 }
 
 /// The client's Bind or Describe of a statement whose result changed: Weir's own 0A000

@@ -144,10 +144,13 @@ pub struct ClientStatements {
     /// A statement of the client's name Weir prepared on the server to have PostgreSQL
     /// refuse the client's Parse in its own words: closed after the batch's Sync.
     pub close_after_sync: Option<Box<[u8]>>,
-    /// What the client was told of each statement it described, by statement id (a
-    /// statement the client knows by two names described at different times keeps the
-    /// last): see `check`.
+    /// What the client was told of each statement it described, by statement id, for a
+    /// statement it knows by one name: see `check` and `told`.
     pub described: HashMap<u64, super::check::Described>,
+    /// The same for statements it knows by several names (`aliased`), by name: on a
+    /// direct connection each name is a statement of its own, planned when it was
+    /// prepared, so two names of one text may have been told different results.
+    pub described_as: HashMap<Box<[u8]>, super::check::Described>,
     /// The description the server is sending, for a Describe of a statement.
     pub describing: super::check::Describing,
     /// `Reply::Check`s in the queue: the client's messages wait for their answer.
@@ -157,6 +160,60 @@ pub struct ClientStatements {
 }
 
 impl ClientStatements {
+    /// What the client was told of statement `id`, which it used by `name` (a message's
+    /// `Reply::SentAs` carries it where the statement has several).
+    pub fn told(&self, id: u64, name: Option<&[u8]>) -> Option<&super::check::Described> {
+        if self.described.is_empty() && self.described_as.is_empty() {
+            return None;
+        }
+        match name {
+            Some(name) if self.aliased.contains(&id) => self.described_as.get(name),
+            _ => self.described.get(&id),
+        }
+    }
+
+    pub fn tell(&mut self, id: u64, name: Option<&[u8]>, told: super::check::Described) {
+        match name {
+            Some(name) if self.aliased.contains(&id) => {
+                self.described_as.insert(name.into(), told);
+            }
+            _ => {
+                self.described.insert(id, told);
+            }
+        }
+    }
+
+    /// `name` is to mean statement `id` from now on: a name prepared again is described
+    /// again (or not at all). A second name for a statement keeps the first name's
+    /// description apart, under that name.
+    pub fn rename_described(&mut self, id: u64, name: &[u8]) {
+        self.described_as.remove(name);
+        if self.aliased.contains(&id) {
+            return;
+        }
+        match self.names.count(id) {
+            0 => {
+                self.described.remove(&id);
+            }
+            _ => {
+                self.aliased.insert(id);
+                let first = self.names.iter().find(|(_, d)| d.id == id).map(|(n, _)| n);
+                if let (Some(told), Some(first)) = (self.described.remove(&id), first) {
+                    self.described_as.insert(first.clone(), told);
+                }
+            }
+        }
+    }
+
+    /// The client's `name` of statement `id` is closed.
+    pub fn forget_described(&mut self, id: u64, name: &[u8]) {
+        if self.aliased.contains(&id) {
+            self.described_as.remove(name);
+        } else if self.names.count(id) == 0 {
+            self.described.remove(&id);
+        }
+    }
+
     /// Nothing worth keeping while the client is idle.
     pub fn is_empty(&self) -> bool {
         self.names.is_empty() && self.replies.is_empty()
@@ -205,6 +262,12 @@ impl ClientStatements {
             }
         }
         self.replies.push_front(r);
+    }
+
+    /// PostgreSQL's 0A000 raised in front of the message of `replies[at]`
+    /// (`check::raise_ahead`).
+    pub fn insert_raise(&mut self, at: usize) {
+        self.replies.insert(at, Reply::Raise);
     }
 
     pub fn clear_replies(&mut self) {

@@ -98,12 +98,9 @@ pub fn client_message(
                 return parse_taken(p, server, name, rest, cx, out);
             }
             let def = intern(rest);
-            // A statement prepared again is described again (or not at all) from now on.
-            p.described.remove(&def.id);
+            // Also marks the statement aliased when the client gives it a second name.
+            p.rename_described(def.id, name);
             let name: Box<[u8]> = name.into();
-            if p.names.count(def.id) > 0 {
-                p.aliased.insert(def.id);
-            }
             p.names.insert(name.clone(), def.clone());
             if server.touch(def.id) {
                 p.counts.hits += 1;
@@ -151,7 +148,7 @@ pub fn client_message(
                     return Edit::Hold;
                 }
                 Some(server) => {
-                    if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
+                    if let Some(e) = super::check::before_use(p, server, &def, stmt, cx, out) {
                         return e;
                     }
                     if !ensure_any(p, server, &def, cx, out) {
@@ -197,9 +194,7 @@ pub fn client_message(
                 // closing a name that does not exist is no error in PostgreSQL either.
                 let before = p.names.remove_entry(name);
                 if let Some((_, def)) = &before {
-                    if p.names.count(def.id) == 0 {
-                        p.described.remove(&def.id);
-                    }
+                    p.forget_described(def.id, name);
                 }
                 p.push(Reply::Synth {
                     tag: b'3',
@@ -210,7 +205,7 @@ pub fn client_message(
             let Some(def) = p.names.get(name).cloned() else {
                 return missing(p, server, (tag, body), name, cx, out).unwrap_or_else(|| keep(p));
             };
-            if let Some(e) = super::check::before_use(p, server, &def, cx, out) {
+            if let Some(e) = super::check::before_use(p, server, &def, name, cx, out) {
                 return e;
             }
             if !ensure_any(p, server, &def, cx, out) {
@@ -241,6 +236,7 @@ pub fn client_message(
                 return Edit::Hold;
             };
             p.described.clear();
+            p.described_as.clear();
             let reset = Reply::Reset {
                 names: std::mem::take(&mut p.names),
                 server: std::mem::take(server),
