@@ -15,13 +15,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn drivers_dir() -> PathBuf {
-    match std::env::var_os("WEIR_DRIVERS_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/weir-drivers"),
-    }
-}
-
 fn program(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/drivers")

@@ -540,3 +540,24 @@ fn the_checker_catches_what_it_is_for() {
     assert!(std::panic::catch_unwind(|| assert_balanced("sum(rate(x[5m])")).is_err());
     assert!(std::panic::catch_unwind(|| matcher_labels("a=>\"x\"")).is_err());
 }
+
+/// Grafana's own dashboard schema reads it strictly: tests/drivers/grafana, built by
+/// scripts/install-drivers with Grafana's Foundation SDK (the types Grafana generates from
+/// its schema, the panel plugins' options included), fails on an unknown or misspelt
+/// field, a required one missing, or a value of the wrong type.
+#[test]
+fn grafanas_schema_reads_it_strictly() {
+    let bin = drivers_dir().join("bin/grafana-check");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DASHBOARD);
+    let out = std::process::Command::new(&bin)
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/install-drivers go", bin.display()));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.starts_with("ok: \"Weir\""), "{said}");
+}

@@ -70,6 +70,18 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Where scripts/install-drivers puts the drivers and programs tests run (WEIR_DRIVERS_DIR,
+/// default ~/.cache/weir-drivers).
+pub fn drivers_dir() -> std::path::PathBuf {
+    std::env::var_os("WEIR_DRIVERS_DIR").map_or_else(
+        || {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/weir-drivers")
+        },
+        std::path::PathBuf::from,
+    )
+}
+
 /// Polls `f` until it returns true; false if `timeout` passes first.
 pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -16,11 +16,7 @@ fn install_dir() -> PathBuf {
     if super::is_root() {
         return "/var/cache/weir-pg18".into();
     }
-    let drivers = std::env::var_os("WEIR_DRIVERS_DIR").map_or_else(
-        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/weir-drivers"),
-        PathBuf::from,
-    );
-    drivers.join("pg18")
+    super::drivers_dir().join("pg18")
 }
 
 /// PostgreSQL 18's bin directory, installed now if it is not yet.
