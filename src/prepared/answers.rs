@@ -86,14 +86,14 @@ pub fn server_message(
             let (id, name) = (*id, name.clone());
             let told = p.describing.finish(body.filter(|_| tag == b'T'));
             server.set_described(id, told.hash);
-            p.tell(id, name.as_deref(), told);
+            p.described_now(id, name.as_deref(), told);
         }
         _ => {}
     }
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
-    if let (Reply::Raise, b'1' | b'2') = (front, tag) {
+    if let (Reply::Raise, b'1' | b'2' | b'3') = (front, tag) {
         return ServerEdit::Remove;
     }
     if tag == b'E' {

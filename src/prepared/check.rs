@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{BufMut, BytesMut};
 
 use super::defs::Def;
-use super::messages::{put_target, put_unnamed_parse};
+use super::messages::{put_close, put_named_parse, put_target};
 use super::refusals::{refuse, refuse_here};
 use super::replies::{ClientStatements, Reply};
 use super::rewrite::{evict, Context, Edit};
@@ -325,16 +325,24 @@ fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) ->
 /// Execute of the batch before it) as the client's would. PostgreSQL logs every error it
 /// raises: raised by a DO block, its log line is the one of a direct connection
 /// (`cached plan must not change result type`, 0A000), where a message made to fail
-/// would log an error of Weir's making. The client's unnamed statement and portal are
-/// taken (nothing of the batch runs after the error; the unnamed portal goes with the
-/// transaction anyway), as by the Parse of `refusals::parse_taken`.
+/// would log an error of Weir's making. The DO block is a statement of Weir's own name
+/// (closed first, as it may be there from an earlier raise): the client's unnamed
+/// statement outlives the batch on a direct connection, and a later batch may bind it.
+/// The unnamed portal is taken, which the failed transaction drops anyway.
 fn put_raise(out: &mut BytesMut) {
-    put_unnamed_parse(out, RAISE_CHANGED);
-    put_message(out, b'B', |b| b.put_slice(&[0, 0, 0, 0, 0, 0, 0, 0]));
+    put_close(out, RAISE_NAME);
+    put_named_parse(out, RAISE_NAME, RAISE_CHANGED);
+    put_message(out, b'B', |b| {
+        b.put_u8(0);
+        b.put_slice(RAISE_NAME);
+        b.put_slice(&[0, 0, 0, 0, 0, 0, 0]);
+    });
     put_message(out, b'E', |b| b.put_slice(&[0, 0, 0, 0, 0]));
 }
 
-/// `put_raise`'s statement (text, no parameter types).
+/// `put_raise`'s statement: a name no client statement is sent under (Weir's are
+/// `weir_<id>`), and its text (no parameter types).
+const RAISE_NAME: &[u8] = b"weir_raise";
 const RAISE_CHANGED: &[u8] = b"DO $weir$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', \
 MESSAGE = 'cached plan must not change result type'; END$weir$\0\0\0";
 

@@ -172,7 +172,7 @@ impl ClientStatements {
         }
     }
 
-    pub fn tell(&mut self, id: u64, name: Option<&[u8]>, told: super::check::Described) {
+    fn tell(&mut self, id: u64, name: Option<&[u8]>, told: super::check::Described) {
         match name {
             Some(name) if self.aliased.contains(&id) => {
                 self.described_as.insert(name.into(), told);
@@ -185,23 +185,53 @@ impl ClientStatements {
 
     /// `name` is to mean statement `id` from now on: a name prepared again is described
     /// again (or not at all). A second name for a statement keeps the first name's
-    /// description apart, under that name.
+    /// description apart, under that name (`alias`).
     pub fn rename_described(&mut self, id: u64, name: &[u8]) {
         self.described_as.remove(name);
-        if self.aliased.contains(&id) {
+        if self.names.count(id) > 0 {
+            self.alias(id, name);
+        } else if !self.aliased.contains(&id) {
+            self.described.remove(&id);
+        }
+    }
+
+    /// Statement `id` gets the client's name `new` beside the one it has: from now on
+    /// what the client was told of it is kept by name. The first name takes what it was
+    /// told, and the Binds and Describes sent by it that are still unanswered are
+    /// recorded with it (a description arriving for one is the first name's).
+    pub fn alias(&mut self, id: u64, new: &[u8]) {
+        if !self.aliased.insert(id) {
             return;
         }
-        match self.names.count(id) {
-            0 => {
-                self.described.remove(&id);
-            }
-            _ => {
-                self.aliased.insert(id);
-                let first = self.names.iter().find(|(_, d)| d.id == id).map(|(n, _)| n);
-                if let (Some(told), Some(first)) = (self.described.remove(&id), first) {
-                    self.described_as.insert(first.clone(), told);
+        let first = self
+            .names
+            .iter()
+            .find(|(n, d)| d.id == id && &n[..] != new)
+            .map(|(n, _)| n.clone());
+        let Some(first) = first else {
+            return;
+        };
+        if let Some(told) = self.described.remove(&id) {
+            self.described_as.insert(first.clone(), told);
+        }
+        for r in self.replies.iter_mut() {
+            if let Reply::SentAs(_, sent, name @ None) = r {
+                if *sent == id {
+                    *name = Some(first.clone());
                 }
             }
+        }
+    }
+
+    /// A description of statement `id` the client's Describe by `name` got: kept unless
+    /// the name means another statement by now (closed and prepared again meanwhile).
+    pub fn described_now(&mut self, id: u64, name: Option<&[u8]>, told: super::check::Described) {
+        let still = match name {
+            Some(name) => self.names.get(name).is_some_and(|d| d.id == id),
+            None => self.names.count(id) > 0,
+        };
+        if still {
+            self.tell(id, name, told);
         }
     }
 
@@ -374,7 +404,8 @@ pub enum Reply {
     /// (`ClientStatements::refusing`); for a query, Weir adds its ReadyForQuery.
     Refused { error: PgError, query: bool },
     /// PostgreSQL raising the client's 0A000 for a statement whose result changed
-    /// (`check::put_raise`): its ParseComplete and BindComplete are removed, and its error
+    /// (`check::put_raise`): its CloseComplete, ParseComplete and BindComplete are
+    /// removed, and its error
     /// gets the fields of the one a direct connection gets (routine RevalidateCachedQuery,
     /// which drivers look at, and no PL/pgSQL context).
     Raise,

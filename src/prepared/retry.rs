@@ -320,7 +320,7 @@ fn repoint(p: &mut ClientStatements, name: &[u8], def: &Arc<Def>) {
         p.names.insert(name.into(), def.clone());
     }
     if p.names.count(def.id) > 1 {
-        p.aliased.insert(def.id);
+        p.alias(def.id, name);
     }
 }
 
