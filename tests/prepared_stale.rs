@@ -588,7 +588,6 @@ fn insert_then_read(c: &mut RawConn) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "known: a queued request's statements the server lacks are prepared in front of the whole request: one that no longer prepares fails the first batch (README, After DDL)"]
 fn a_statement_that_no_longer_prepares_queued() {
     compare(
         Mode::Queued,

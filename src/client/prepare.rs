@@ -271,13 +271,18 @@ impl Session {
         if p.ahead.is_empty() {
             return;
         }
-        let mut out = BytesMut::new();
-        rewrite::settle_ahead(p, server, self.prepared_cap as usize, &mut out);
-        if !out.is_empty() {
-            splice(&mut self.inbuf, 0..0, &out);
-            let scanned = self.cframe.scanned();
-            self.cframe.rewritten(0, scanned + out.len());
+        let scanned = self.cframe.scanned();
+        let request = &self.inbuf[..scanned];
+        let inserts = rewrite::settle_ahead(p, server, self.prepared_cap as usize, request);
+        if inserts.is_empty() {
+            return;
         }
+        let mut added = 0;
+        for (at, bytes) in inserts.iter().rev() {
+            splice(&mut self.inbuf, *at..*at, bytes);
+            added += bytes.len();
+        }
+        self.cframe.rewritten(0, scanned + added);
     }
 
     /// A request framed while queueing names a statement the client described.

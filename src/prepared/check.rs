@@ -252,43 +252,15 @@ pub fn raise_ahead(
     server: &ServerStatements,
     request: &[u8],
 ) -> Result<Vec<usize>, ()> {
-    let mut uses: std::collections::HashMap<u64, std::collections::VecDeque<(usize, bool)>> =
-        std::collections::HashMap::new();
-    for (at, id, told) in uses_ahead(p) {
-        let stale = told.is_some_and(|t| server.described(id).is_some_and(|h| h != t.hash));
-        uses.entry(id).or_default().push_back((at, stale));
-    }
-    let mut raises = Vec::new();
-    let mut raised = false;
-    let mut at = 0;
-    while let Some(header) = request.get(at..at + 5) {
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-        let Some(body) = request.get(at + 5..at + 1 + len.max(4)) else {
-            break;
-        };
-        let named = match header[0] {
-            b'S' => {
-                raised = false;
-                None
-            }
-            b'B' => super::messages::bind_parts(body).map(|(_, s, _)| s),
-            b'D' => super::messages::target_parts(body).and_then(|(k, n)| (k == b'S').then_some(n)),
-            _ => None,
-        };
-        if let Some(queue) = named
-            .and_then(super::messages::server_id)
-            .and_then(|id| uses.get_mut(&id))
-        {
-            let (reply, stale) = queue.pop_front().ok_or(())?;
-            if stale && !raised {
-                raises.push((at, reply));
-                raised = true;
-            }
+    let mut raises: Vec<(usize, usize)> = Vec::new();
+    let mut raised_in = None;
+    for u in super::queued::uses(p, request)? {
+        let told = p.told(u.id, u.name.as_deref());
+        let stale = told.is_some_and(|t| server.described(u.id).is_some_and(|h| h != t.hash));
+        if stale && raised_in != Some(u.batch_at) {
+            raises.push((u.at, u.reply));
+            raised_in = Some(u.batch_at);
         }
-        at += 1 + len.max(4);
-    }
-    if uses.values().any(|q| !q.is_empty()) {
-        return Err(());
     }
     for &(_, reply) in raises.iter().rev() {
         p.insert_raise(reply);

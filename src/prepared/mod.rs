@@ -14,6 +14,7 @@ pub mod check;
 pub mod defs;
 pub mod messages;
 pub mod queries;
+pub mod queued;
 pub mod refusals;
 pub mod replies;
 pub mod retry;

@@ -297,7 +297,24 @@ impl ClientStatements {
     /// PostgreSQL's 0A000 raised in front of the message of `replies[at]`
     /// (`check::raise_ahead`).
     pub fn insert_raise(&mut self, at: usize) {
-        self.replies.insert(at, Reply::Raise);
+        self.insert_reply(at, Reply::Raise);
+    }
+
+    /// An entry for a message Weir puts in front of the one of `replies[at]` (in a
+    /// request framed while queueing: `queued`).
+    pub fn insert_reply(&mut self, at: usize, r: Reply) {
+        if let Reply::Check(_) = r {
+            self.checks += 1;
+        }
+        if r.undoable() {
+            self.undoable += 1;
+            if !self.replies.iter().skip(at).any(Reply::is_barrier) {
+                self.undoable_since_barrier += 1;
+            }
+        }
+        // A barrier put in the middle would make `undoable_since_barrier` wrong.
+        debug_assert!(!r.is_barrier());
+        self.replies.insert(at, r);
     }
 
     pub fn clear_replies(&mut self) {

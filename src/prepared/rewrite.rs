@@ -279,18 +279,34 @@ fn sent_named(p: &mut ClientStatements, tag: u8, name: &[u8], def: &Def) {
 
 /// Prepares, ahead of a request rewritten while queueing, the statements it names that
 /// the server it got lacks (the request has not gone ahead: the front of what the client
-/// sends is the request's start). Their replies go to the front of the queue.
+/// sends is the request's start, `request`). Each Parse goes at the start of the first
+/// batch that uses its statement (should it fail, as after DDL that dropped its table,
+/// PostgreSQL fails that batch, not the ones before it), evictions in front of all.
+/// Returns the bytes to put at each offset of the request, in increasing order.
 pub fn settle_ahead(
     p: &mut ClientStatements,
     server: &mut ServerStatements,
     cap: usize,
-    out: &mut BytesMut,
-) {
+    request: &[u8],
+) -> Vec<(usize, BytesMut)> {
     let needs = std::mem::take(&mut p.ahead);
     let keep: Vec<u64> = needs.iter().map(|d| d.id).collect();
     let (held, missing): (Vec<_>, Vec<_>) = needs.into_iter().partition(|d| server.touch(d.id));
     p.counts.hits += held.len() as u64;
-    let mut front = Vec::new();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    // Where each statement is first used; in front of all if that cannot be told.
+    let uses = super::queued::uses(p, request).unwrap_or_default();
+    let first_use = |id: u64| {
+        uses.iter()
+            .find(|u| u.id == id)
+            .map_or((0, 0), |u| (u.batch_at, u.batch_reply))
+    };
+    let mut front = BytesMut::new();
+    let mut front_replies = Vec::new();
+    // (offset, entry index, bytes, entries), one per batch start.
+    let mut parses: Vec<(usize, usize, BytesMut, Vec<Reply>)> = Vec::new();
     for def in missing {
         if server.touch(def.id) {
             continue;
@@ -300,17 +316,41 @@ pub fn settle_ahead(
         // the request's statements give way to others).
         while let Some(victim) = server.evict_except(cap, &keep) {
             p.counts.evictions += 1;
-            put_target(out, b'C', victim.id);
-            front.push(Reply::Evicted(victim));
+            put_target(&mut front, b'C', victim.id);
+            front_replies.push(Reply::Evicted(victim));
         }
         p.counts.server_parses += 1;
-        put_parse(out, &def);
         server.insert(&def);
-        front.push(Reply::Prepared(def));
+        let (at, reply) = first_use(def.id);
+        let i = match parses.iter().position(|x| x.0 == at) {
+            Some(i) => i,
+            None => {
+                parses.push((at, reply, BytesMut::new(), Vec::new()));
+                parses.len() - 1
+            }
+        };
+        put_parse(&mut parses[i].2, &def);
+        parses[i].3.push(Reply::Prepared(def));
     }
-    for r in front.into_iter().rev() {
+    parses.sort_by_key(|x| x.0);
+    for (_, reply, _, entries) in parses.iter_mut().rev() {
+        for r in entries.drain(..).rev() {
+            p.insert_reply(*reply, r);
+        }
+    }
+    for r in front_replies.into_iter().rev() {
         p.push_front(r);
     }
+    let mut out: Vec<(usize, BytesMut)> = parses.into_iter().map(|x| (x.0, x.2)).collect();
+    match out.first_mut() {
+        Some((0, bytes)) => {
+            front.extend_from_slice(bytes);
+            *bytes = front;
+        }
+        _ if !front.is_empty() => out.insert(0, (0, front)),
+        _ => {}
+    }
+    out
 }
 
 /// SQL PREPARE (`rest`: what follows the name; `query`: the whole query): under Weir's
