@@ -27,27 +27,41 @@ pub struct Snapshot {
     /// auth_hba_file and auth_ident_file as read at this load.
     pub hba: Option<Arc<weir_config::hba::Hba>>,
     pub ident: Option<Arc<weir_config::hba::Ident>>,
+    /// auth_ldap_options, for auth_type ldap.
+    pub ldap: Option<Arc<weir_config::ldap::LdapOptions>>,
 }
 
 type AuthFiles = (
     Option<Arc<weir_config::hba::Hba>>,
     Option<Arc<weir_config::hba::Ident>>,
+    Option<Arc<weir_config::ldap::LdapOptions>>,
 );
 
-/// auth_hba_file (needed by auth_type hba) and auth_ident_file.
+/// auth_hba_file (needed by auth_type hba), auth_ident_file, auth_ldap_options (needed by
+/// auth_type ldap); and, for auth_type pam, that libpam can be loaded.
 fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
+    use weir_config::AuthType;
     let hba = match (&g.auth_hba_file, g.auth_type) {
         (Some(p), _) => Some(Arc::new(weir_config::hba::Hba::load(p)?)),
-        (None, weir_config::AuthType::Hba) => {
-            return Err("auth_type = hba needs auth_hba_file".into())
-        }
+        (None, AuthType::Hba) => return Err("auth_type = hba needs auth_hba_file".into()),
         (None, _) => None,
     };
     let ident = match &g.auth_ident_file {
         Some(p) => Some(Arc::new(weir_config::hba::Ident::load(p)?)),
         None => None,
     };
-    Ok((hba, ident))
+    let ldap = match (&g.auth_ldap_options, g.auth_type) {
+        (Some(text), _) => Some(Arc::new(
+            weir_config::ldap::LdapOptions::parse_str(text)
+                .map_err(|e| format!("auth_ldap_options: {e}"))?,
+        )),
+        (None, AuthType::Ldap) => return Err("auth_type = ldap needs auth_ldap_options".into()),
+        (None, _) => None,
+    };
+    if g.auth_type == AuthType::Pam {
+        crate::external_auth::pam::check_available(g.auth_pam_confdir.as_deref())?;
+    }
+    Ok((hba, ident, ldap))
 }
 
 impl Snapshot {
@@ -56,7 +70,7 @@ impl Snapshot {
         auth_file: AuthFile,
         client_tls: Arc<crate::tls::accept::ClientTls>,
         server_tls: Arc<crate::tls::connect::ServerTls>,
-        (hba, ident): AuthFiles,
+        (hba, ident, ldap): AuthFiles,
     ) -> Snapshot {
         let secrets = auth_file
             .iter()
@@ -70,6 +84,7 @@ impl Snapshot {
             server_tls,
             hba,
             ident,
+            ldap,
         }
     }
 
@@ -138,7 +153,7 @@ impl Snapshot {
         // matches), so this fails closed.
         let auth = auth_files(&config.general).unwrap_or_else(|e| {
             tracing::error!("{e}");
-            (None, None)
+            (None, None, None)
         });
         Ok(Snapshot::assemble(
             config,
