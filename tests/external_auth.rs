@@ -239,6 +239,8 @@ fn pam_without_a_service_file_refuses_logins() {
 struct Slapd {
     child: Child,
     port: u16,
+    /// With TLS: where it speaks ldaps (its `port` then also takes StartTLS).
+    ldaps_port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -250,7 +252,8 @@ impl Drop for Slapd {
 }
 
 impl Slapd {
-    fn start() -> Slapd {
+    /// `tls`: a CA and `server.crt`/`server.key` (127.0.0.1) for ldaps and StartTLS.
+    fn start(tls: Option<&common::tls::Certs>) -> Slapd {
         let dir = tempfile::tempdir().expect("tmp");
         let d = dir.path();
         std::fs::create_dir(d.join("db")).expect("mkdir");
@@ -269,8 +272,15 @@ impl Slapd {
                  suffix \"dc=example,dc=net\"\n\
                  rootdn \"cn=admin,dc=example,dc=net\"\n\
                  rootpw adminpw\n\
-                 directory {d}/db\n",
-                d = d.display()
+                 directory {d}/db\n{tls}",
+                d = d.display(),
+                tls = tls.map_or(String::new(), |c| format!(
+                    "TLSCACertificateFile {}\nTLSCertificateFile {}\n\
+                     TLSCertificateKeyFile {}\n",
+                    c.p("ca.crt"),
+                    c.p("server.crt"),
+                    c.p("server.key")
+                ))
             ),
         );
         let mut ldif = String::from(
@@ -297,12 +307,16 @@ impl Slapd {
             .expect("slapadd (scripts/install-deps installs slapd)");
         assert!(out.status.success(), "slapadd: {out:?}");
         for _ in 0..3 {
-            let port = free_port();
+            let (port, ldaps_port) = (free_port(), free_port());
+            let mut urls = format!("ldap://127.0.0.1:{port}/");
+            if tls.is_some() {
+                urls.push_str(&format!(" ldaps://127.0.0.1:{ldaps_port}/"));
+            }
             let mut child = Command::new("slapd")
                 .arg("-f")
                 .arg(&conf)
                 .arg("-h")
-                .arg(format!("ldap://127.0.0.1:{port}/"))
+                .arg(&urls)
                 // Stays in the foreground, so that it is this child and ends with it.
                 .args(["-d", "0"])
                 .stdout(Stdio::null())
@@ -317,6 +331,7 @@ impl Slapd {
                 return Slapd {
                     child,
                     port,
+                    ldaps_port,
                     _dir: dir,
                 };
             }
@@ -346,7 +361,7 @@ fn ldap_weir(pg: &PgServer, dir: &Path, hba_options: &str) -> WeirBuilder {
 /// once with the server's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ldap_simple_bind_and_search_bind() {
-    let ldap = Slapd::start();
+    let ldap = Slapd::start(None);
     let pg = PgServer::start();
     pg.create_user("ldapuser1", "secret1", "md5");
     pg.create_user("ldapuser2", "secret2", "md5");
@@ -482,4 +497,57 @@ fn ldap_mistakes() {
         err.contains("auth_type = ldap needs auth_ldap_options"),
         "{err}"
     );
+}
+
+/// ldaps and StartTLS (PgBouncer's cases 8.x): Weir checks the server's certificate
+/// against the CA it is given (here SSL_CERT_FILE, read in place of the system's roots);
+/// ldaps towards the plain port fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ldap_over_tls() {
+    let certs = common::tls::Certs::new();
+    let ldap = Slapd::start(Some(&certs));
+    let pg = PgServer::start();
+    pg.create_user("ldapuser1", "secret1", "md5");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (p, tls_p) = (ldap.port, ldap.ldaps_port);
+    for options in [
+        format!("ldapurl=\"ldaps://127.0.0.1:{tls_p}/dc=example,dc=net?uid?sub\""),
+        format!(
+            "ldapserver=127.0.0.1 ldapport={p} ldapprefix=\"uid=\" \
+             ldapsuffix=\",ou=people,dc=example,dc=net\" ldaptls=1"
+        ),
+        format!("ldapserver=127.0.0.1 ldapport={p} ldapbasedn=\"dc=example,dc=net\" ldaptls=1"),
+    ] {
+        let weir = ldap_weir(&pg, dir.path(), &options)
+            .env("SSL_CERT_FILE", &certs.p("ca.crt"))
+            .start();
+        logs_in(&weir, "ldapuser1", "secret1").await;
+        let f = refused(weir.port(), "ldapuser1", "secret2").await;
+        assert_eq!(f.message, "LDAP authentication failed", "{options}");
+    }
+    let weir = ldap_weir(
+        &pg,
+        dir.path(),
+        &format!("ldapurl=\"ldaps://127.0.0.1:{p}/dc=example,dc=net?uid?sub\""),
+    )
+    .env("SSL_CERT_FILE", &certs.p("ca.crt"))
+    .start();
+    let f = refused(weir.port(), "ldapuser1", "secret1").await;
+    assert_eq!(f.message, "LDAP authentication failed");
+    weir.wait_for_log("could not connect to LDAP server");
+    drop(weir);
+    // Without the CA, the server's certificate is not trusted.
+    let weir = ldap_weir(
+        &pg,
+        dir.path(),
+        &format!("ldapurl=\"ldaps://127.0.0.1:{tls_p}/dc=example,dc=net?uid?sub\""),
+    )
+    .env(
+        "SSL_CERT_FILE",
+        &dir.path().join("no-such-file").display().to_string(),
+    )
+    .start();
+    let f = refused(weir.port(), "ldapuser1", "secret1").await;
+    assert_eq!(f.message, "LDAP authentication failed");
+    weir.wait_for_log("could not connect to LDAP server");
 }
