@@ -34,22 +34,30 @@ pub struct Snapshot {
 type AuthFiles = (
     Option<Arc<weir_config::hba::Hba>>,
     Option<Arc<weir_config::hba::Ident>>,
-    Option<Arc<weir_config::ldap::LdapOptions>>,
 );
 
-/// auth_hba_file (needed by auth_type hba), auth_ident_file, auth_ldap_options (needed by
-/// auth_type ldap); and, for auth_type pam, that libpam can be loaded.
+/// auth_hba_file (needed by auth_type hba) and auth_ident_file.
 fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
-    use weir_config::AuthType;
     let hba = match (&g.auth_hba_file, g.auth_type) {
         (Some(p), _) => Some(Arc::new(weir_config::hba::Hba::load(p)?)),
-        (None, AuthType::Hba) => return Err("auth_type = hba needs auth_hba_file".into()),
+        (None, weir_config::AuthType::Hba) => {
+            return Err("auth_type = hba needs auth_hba_file".into())
+        }
         (None, _) => None,
     };
     let ident = match &g.auth_ident_file {
         Some(p) => Some(Arc::new(weir_config::hba::Ident::load(p)?)),
         None => None,
     };
+    Ok((hba, ident))
+}
+
+/// auth_ldap_options (needed by auth_type ldap); and, for auth_type pam, that libpam can
+/// be loaded. A mistake fails the load, or the console's SET.
+fn external_auth(
+    g: &weir_config::General,
+) -> Result<Option<Arc<weir_config::ldap::LdapOptions>>, String> {
+    use weir_config::AuthType;
     let ldap = match (&g.auth_ldap_options, g.auth_type) {
         (Some(text), _) => Some(Arc::new(
             weir_config::ldap::LdapOptions::parse_str(text)
@@ -61,7 +69,7 @@ fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
     if g.auth_type == AuthType::Pam {
         crate::external_auth::pam::check_available(g.auth_pam_confdir.as_deref())?;
     }
-    Ok((hba, ident, ldap))
+    Ok(ldap)
 }
 
 impl Snapshot {
@@ -70,7 +78,8 @@ impl Snapshot {
         auth_file: AuthFile,
         client_tls: Arc<crate::tls::accept::ClientTls>,
         server_tls: Arc<crate::tls::connect::ServerTls>,
-        (hba, ident, ldap): AuthFiles,
+        (hba, ident): AuthFiles,
+        ldap: Option<Arc<weir_config::ldap::LdapOptions>>,
     ) -> Snapshot {
         let secrets = auth_file
             .iter()
@@ -112,6 +121,7 @@ impl Snapshot {
             .notices
             .extend(crate::tls::protocol_notices(&config.general));
         let auth = auth_files(&config.general)?;
+        let ldap = external_auth(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => {
                 let loaded =
@@ -123,7 +133,7 @@ impl Snapshot {
             None => AuthFile::default(),
         };
         Ok(Snapshot::assemble(
-            config, auth_file, client_tls, server_tls, auth,
+            config, auth_file, client_tls, server_tls, auth, ldap,
         ))
     }
 
@@ -153,14 +163,16 @@ impl Snapshot {
         // matches), so this fails closed.
         let auth = auth_files(&config.general).unwrap_or_else(|e| {
             tracing::error!("{e}");
-            (None, None, None)
+            (None, None)
         });
+        let ldap = external_auth(&config.general)?;
         Ok(Snapshot::assemble(
             config,
             self.auth_file.clone(),
             client_tls,
             server_tls,
             auth,
+            ldap,
         ))
     }
 

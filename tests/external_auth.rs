@@ -473,6 +473,22 @@ fn ldap_mistakes() {
     let e = psql_pw(&weir, "postgres", "x", "select 1").expect_err("got in without an LDAP server");
     assert!(e.contains("LDAP authentication failed"), "{e}");
     weir.wait_for_log("could not connect to LDAP server \"127.0.0.1\"");
+    // The console's SET is refused alike, and changes nothing.
+    let sock = weir.dir().display().to_string();
+    let e = psql_at(
+        &sock,
+        weir.port(),
+        "pgbouncer",
+        "pgbouncer",
+        None,
+        "set auth_ldap_options = 'ldapserver=127.0.0.1'",
+    )
+    .expect_err("SET of bad LDAP options taken");
+    assert!(
+        e.contains("SET failed: authentication settings could not be applied")
+            && e.contains("requires argument"),
+        "{e}"
+    );
     drop(weir);
 
     for (options, error) in [

@@ -66,7 +66,7 @@ pub fn resolve(
         AuthType::Pam => Method::Pam(rhost(peer)),
         AuthType::Ldap => match &snap.ldap {
             Some(o) => Method::Ldap(o.clone()),
-            // Only after a console SET left auth_ldap_options unusable (a load refuses it).
+            // Cannot happen: a load or SET without usable auth_ldap_options is refused.
             None => {
                 tracing::error!("auth_type = ldap needs a valid auth_ldap_options");
                 return Err(PgError::fatal("08P01", "bouncer config error"));
