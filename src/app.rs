@@ -27,6 +27,8 @@ pub struct Snapshot {
     /// auth_hba_file and auth_ident_file as read at this load.
     pub hba: Option<Arc<weir_config::hba::Hba>>,
     pub ident: Option<Arc<weir_config::hba::Ident>>,
+    /// auth_ldap_options, for auth_type ldap.
+    pub ldap: Option<Arc<weir_config::ldap::LdapOptions>>,
 }
 
 type AuthFiles = (
@@ -50,6 +52,26 @@ fn auth_files(g: &weir_config::General) -> Result<AuthFiles, String> {
     Ok((hba, ident))
 }
 
+/// auth_ldap_options (needed by auth_type ldap); and, for auth_type pam, that libpam can
+/// be loaded. A mistake fails the load, or the console's SET.
+fn external_auth(
+    g: &weir_config::General,
+) -> Result<Option<Arc<weir_config::ldap::LdapOptions>>, String> {
+    use weir_config::AuthType;
+    let ldap = match (&g.auth_ldap_options, g.auth_type) {
+        (Some(text), _) => Some(Arc::new(
+            weir_config::ldap::LdapOptions::parse_str(text)
+                .map_err(|e| format!("auth_ldap_options: {e}"))?,
+        )),
+        (None, AuthType::Ldap) => return Err("auth_type = ldap needs auth_ldap_options".into()),
+        (None, _) => None,
+    };
+    if g.auth_type == AuthType::Pam {
+        crate::external_auth::pam::check_available(g.auth_pam_confdir.as_deref())?;
+    }
+    Ok(ldap)
+}
+
 impl Snapshot {
     fn assemble(
         config: Config,
@@ -57,6 +79,7 @@ impl Snapshot {
         client_tls: Arc<crate::tls::accept::ClientTls>,
         server_tls: Arc<crate::tls::connect::ServerTls>,
         (hba, ident): AuthFiles,
+        ldap: Option<Arc<weir_config::ldap::LdapOptions>>,
     ) -> Snapshot {
         let secrets = auth_file
             .iter()
@@ -70,6 +93,7 @@ impl Snapshot {
             server_tls,
             hba,
             ident,
+            ldap,
         }
     }
 
@@ -97,6 +121,7 @@ impl Snapshot {
             .notices
             .extend(crate::tls::protocol_notices(&config.general));
         let auth = auth_files(&config.general)?;
+        let ldap = external_auth(&config.general)?;
         let auth_file = match &config.general.auth_file {
             Some(p) => {
                 let loaded =
@@ -108,7 +133,7 @@ impl Snapshot {
             None => AuthFile::default(),
         };
         Ok(Snapshot::assemble(
-            config, auth_file, client_tls, server_tls, auth,
+            config, auth_file, client_tls, server_tls, auth, ldap,
         ))
     }
 
@@ -140,12 +165,14 @@ impl Snapshot {
             tracing::error!("{e}");
             (None, None)
         });
+        let ldap = external_auth(&config.general)?;
         Ok(Snapshot::assemble(
             config,
             self.auth_file.clone(),
             client_tls,
             server_tls,
             auth,
+            ldap,
         ))
     }
 

@@ -11,6 +11,7 @@ mod cancel;
 mod cli;
 mod client;
 mod conn_log;
+mod external_auth;
 mod fd_limit;
 pub mod fuzzing;
 mod gucs;

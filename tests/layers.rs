@@ -24,11 +24,12 @@ const LAYERS: &[(&str, u8)] = &[
     ("fd_limit", 0),
     ("cli", 0),
     ("protocol", 0),
-    // 1: SQL recognition, session settings, TLS settings
+    // 1: SQL recognition, session settings, TLS settings, PAM and LDAP checks
     ("sql", 1),
     ("gucs", 1),
     ("login_notice", 1),
     ("tls", 1),
+    ("external_auth", 1),
     // 2: who is connected, counters, connection log lines
     ("registry", 2),
     ("stats", 2),

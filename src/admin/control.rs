@@ -448,12 +448,19 @@ pub fn set(app: &App, sets: &[(String, String)]) -> Result<Vec<String>, SetRefus
         changed.push(name);
     }
     let next = snap.with_options(config, &changed).map_err(|e| {
-        tracing::error!("SET refused, TLS settings kept as they were: {e}");
+        // The PAM and LDAP checks' errors name their option (auth_type, auth_ldap_options,
+        // auth_pam_confdir); anything else is TLS.
+        let what = if e.starts_with("auth_") {
+            "authentication"
+        } else {
+            "TLS"
+        };
+        tracing::error!("SET refused, {what} settings kept as they were: {e}");
         // F0000 (config_file_error) as RELOAD gives when TLS files cannot be used.
         SetRefused {
             code: "F0000",
             message: format!(
-                "SET failed: TLS settings could not be applied, still using old configuration: {e}"
+                "SET failed: {what} settings could not be applied, still using old configuration: {e}"
             ),
         }
     })?;

@@ -3,7 +3,10 @@
 //! (the TLS client certificate's common name) and `peer` (the Unix socket's OS user),
 //! each optionally through a map of `auth_ident_file`.
 
+use std::sync::Arc;
+
 use weir_config::hba::{Conn, Method as HbaMethod};
+use weir_config::ldap::LdapOptions;
 use weir_config::AuthType;
 
 use crate::app::Snapshot;
@@ -20,8 +23,9 @@ pub enum Method {
     /// With the `map=` of the hba rule.
     Cert(Option<String>),
     Peer(Option<String>),
-    /// An auth_type Weir does not do (ldap, pam).
-    Unsupported(&'static str),
+    /// With the client's address, for PAM_RHOST.
+    Pam(String),
+    Ldap(Arc<LdapOptions>),
 }
 
 fn encryption(tls: bool) -> &'static str {
@@ -59,6 +63,15 @@ pub fn resolve(
         AuthType::Md5 => Method::Md5,
         AuthType::ScramSha256 => Method::Scram,
         AuthType::Cert => Method::Cert(None),
+        AuthType::Pam => Method::Pam(rhost(peer)),
+        AuthType::Ldap => match &snap.ldap {
+            Some(o) => Method::Ldap(o.clone()),
+            // Cannot happen: a load or SET without usable auth_ldap_options is refused.
+            None => {
+                tracing::error!("auth_type = ldap needs a valid auth_ldap_options");
+                return Err(PgError::fatal("08P01", "bouncer config error"));
+            }
+        },
         AuthType::Hba => {
             let tls = stream.is_tls();
             let conn = Conn {
@@ -93,10 +106,21 @@ pub fn resolve(
                 HbaMethod::ScramSha256 => Method::Scram,
                 HbaMethod::Cert => Method::Cert(rule.map.clone()),
                 HbaMethod::Peer => Method::Peer(rule.map.clone()),
+                HbaMethod::Ldap => match &rule.ldap {
+                    Some(o) => Method::Ldap(o.clone()),
+                    None => return Err(PgError::fatal("08P01", "bouncer config error")),
+                },
             }
         }
-        other => Method::Unsupported(other.as_str()),
     })
+}
+
+/// The client's address as PgBouncer gives it to PAM: the IP alone, `unix` for the socket.
+fn rhost(peer: &Endpoint) -> String {
+    match peer.addr() {
+        Some(a) => a.ip().to_canonical().to_string(),
+        None => "unix".to_owned(),
+    }
 }
 
 /// The subject common name of the client's TLS certificate, if it gave one.

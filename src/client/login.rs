@@ -427,9 +427,13 @@ pub async fn login(
         .map_err(refuse)?;
     let secret = snap.secret(&user).or(looked_up.as_ref());
     let any = matches!(method, Method::Any);
-    let scram_keys = authenticate(&snap, stream, buf, &user, secret, method)
+    let proof = authenticate(&snap, stream, buf, &user, secret, method)
         .await
         .map_err(refuse)?;
+    let scram_keys = proof.keys;
+    // A password PAM or LDAP took is the one to log in to PostgreSQL with, as in
+    // PgBouncer (unless the database entry gives its own).
+    let looked_up = looked_up.or(proof.password.map(Secret::Plain));
     if !known_database {
         return Err(refuse(PgError::fatal(
             "3D000",
@@ -505,7 +509,11 @@ async fn look_up(
     user: &str,
     method: &Method,
 ) -> Result<Option<Secret>, PgError> {
-    let needs_secret = !matches!(method, Method::Any | Method::Cert(_) | Method::Peer(_));
+    // PAM and LDAP check the password themselves; auth_file and auth_query play no part.
+    let needs_secret = !matches!(
+        method,
+        Method::Any | Method::Cert(_) | Method::Peer(_) | Method::Pam(_) | Method::Ldap(_)
+    );
     match src {
         Some(src) if needs_secret && snap.secret(user).is_none() => {
             // Boxed: its state would otherwise size every login's future.
@@ -571,8 +579,27 @@ fn password_failed(user: &str) -> PgError {
     )
 }
 
-/// Checks the client's credentials the way auth_type says. Returns the keys of a SCRAM
-/// exchange, which can log in to PostgreSQL in the client's stead.
+/// What a login proved that can log in to PostgreSQL in the client's stead.
+struct Proof {
+    /// The keys of a SCRAM exchange.
+    keys: Option<Credential>,
+    /// The cleartext password PAM or LDAP accepted.
+    password: Option<String>,
+}
+
+/// Asks for the password in the clear (AuthenticationCleartextPassword), without its NUL.
+async fn cleartext(stream: &mut Stream, buf: &mut BytesMut) -> Result<bytes::Bytes, PgError> {
+    let mut out = BytesMut::new();
+    messages::auth_request(&mut out, AUTH_CLEARTEXT, &[]);
+    send(stream, &out).await?;
+    let body = read_password(stream, buf).await?;
+    Ok(match body.strip_suffix(&[0]) {
+        Some(p) => body.slice(..p.len()),
+        None => body,
+    })
+}
+
+/// Checks the client's credentials the way auth_type says.
 async fn authenticate(
     snap: &Snapshot,
     stream: &mut Stream,
@@ -580,7 +607,7 @@ async fn authenticate(
     user: &str,
     secret: Option<&Secret>,
     method: Method,
-) -> Result<Option<Credential>, PgError> {
+) -> Result<Proof, PgError> {
     // A user with an empty password (auth_file's "", auth_query's NULL) exists, for
     // trust, but no password proves it, as in PgBouncer and PostgreSQL.
     let exists = secret.is_some();
@@ -602,6 +629,7 @@ async fn authenticate(
     };
     let mut out = BytesMut::new();
     let mut keys = None;
+    let mut password_learnt = None;
     match (method, &secret) {
         (Method::Any, _) => {}
         (Method::Trust, _) if exists => {}
@@ -613,14 +641,28 @@ async fn authenticate(
         (Method::Cert(map), _) => auth_method::check_cert(snap, stream, user, map.as_deref())?,
         (Method::Peer(map), _) => auth_method::check_peer(snap, stream, user, map.as_deref())?,
         (Method::Password, _) => {
-            messages::auth_request(&mut out, AUTH_CLEARTEXT, &[]);
-            send(stream, &out).await?;
-            let body = read_password(stream, buf).await?;
-            let password = body.strip_suffix(&[0]).unwrap_or(&body);
+            let password = cleartext(stream, buf).await?;
             match &secret {
-                Some(s) if known && weir_auth::plain_verify(user, s, password) => {}
+                Some(s) if known && weir_auth::plain_verify(user, s, &password) => {}
                 _ => return Err(password_failed(user)),
             }
+        }
+        // PgBouncer's words; the SQLSTATE is PostgreSQL's for a failed password (PgBouncer
+        // sends 08P01, which drivers take for a broken connection rather than a refusal).
+        (Method::Pam(rhost), _) => {
+            let password = cleartext(stream, buf).await?;
+            let confdir = snap.config.general.auth_pam_confdir.clone();
+            if !crate::external_auth::pam::check(user, &password, rhost, confdir).await {
+                return Err(PgError::fatal("28P01", "PAM authentication failed"));
+            }
+            password_learnt = String::from_utf8(password.to_vec()).ok();
+        }
+        (Method::Ldap(options), _) => {
+            let password = cleartext(stream, buf).await?;
+            if !crate::external_auth::ldap::check(options, user, &password).await {
+                return Err(PgError::fatal("28P01", "LDAP authentication failed"));
+            }
+            password_learnt = String::from_utf8(password.to_vec()).ok();
         }
         (Method::Md5, Some(Secret::Plain(_) | Secret::Md5(_))) => {
             let salt: [u8; 4] = rand::random();
@@ -648,17 +690,14 @@ async fn authenticate(
                 return Err(sasl_failed());
             }
         }
-        (Method::Unsupported(name), _) => {
-            return Err(PgError::fatal(
-                "28000",
-                format!("auth_type {name} is not supported yet"),
-            ));
-        }
         (Method::Md5 | Method::Scram, None) => return Err(password_failed(user)),
     }
     // AuthenticationOk is not sent here: it goes out with the rest of the welcome, in one
     // write.
-    Ok(keys)
+    Ok(Proof {
+        keys,
+        password: password_learnt,
+    })
 }
 
 /// A SASLInitialResponse body: the client-first-message, checked against the mechanism

@@ -5,8 +5,9 @@
 //! (physical replication, which nothing else matches, as in PostgreSQL), `@file` and
 //! names; users `all`, `@file` and names; both as comma-separated lists; addresses
 //! IPv4/IPv6 with a prefix length or a separate mask, `all`; methods trust, reject, md5,
-//! password, scram-sha-256, cert, peer; the option `map=`. A quoted name is a name even
-//! when it spells a keyword.
+//! password, scram-sha-256, cert, peer, ldap (with its options, see `ldap`); the option
+//! `map=`. A quoted name is a name even when it spells a keyword. `pam` is refused, as
+//! PgBouncer refuses it in this file.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -28,6 +29,7 @@ pub enum Method {
     ScramSha256,
     Cert,
     Peer,
+    Ldap,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,8 @@ pub struct Rule {
     pub method: Method,
     /// `map=` (a map of auth_ident_file).
     pub map: Option<String>,
+    /// The options of an `ldap` line.
+    pub ldap: Option<std::sync::Arc<crate::ldap::LdapOptions>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -164,19 +168,19 @@ fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 /// A name or word of a line, and whether any of it was quoted: a quoted name is never a
 /// keyword.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Item {
-    text: String,
+pub(crate) struct Item {
+    pub(crate) text: String,
     quoted: bool,
 }
 
 /// A field: one item, or the list that commas join.
-type Field = Vec<Item>;
+pub(crate) type Field = Vec<Item>;
 
 /// The fields of a line: blank-separated, `"..."` quoted (`""` inside for a quote), `#`
 /// starting a comment outside quotes. A comma joins the items on either side into one
 /// field's list whatever blanks surround it, as PgBouncer reads `a , b` (PostgreSQL ends
 /// the list at a blank before a comma); commas with nothing between them are one.
-fn fields(line: &str) -> Vec<Field> {
+pub(crate) fn fields(line: &str) -> Vec<Field> {
     let mut reader = LineReader::default();
     let mut in_quotes = false;
     let mut chars = line.chars().peekable();
@@ -342,6 +346,10 @@ fn method(m: &str) -> Result<Method, String> {
         "scram-sha-256" => Method::ScramSha256,
         "cert" => Method::Cert,
         "peer" => Method::Peer,
+        "ldap" => Method::Ldap,
+        "pam" => {
+            return Err("authentication method \"pam\" is not supported in the HBA file".into())
+        }
         other => {
             return Err(format!(
                 "authentication method \"{other}\" is not supported"
@@ -382,13 +390,26 @@ fn rule(line: usize, f: &[Field], dir: &Path) -> Result<Rule, String> {
         return Err("peer authentication is only supported on local sockets".into());
     }
     let mut map = None;
-    for opt in &f[at + 1..] {
-        let opt = word(opt)?;
-        match opt.split_once('=') {
-            Some(("map", m)) => map = Some(m.to_owned()),
-            // What PostgreSQL checks itself (clientcert) the TLS settings decide here.
-            Some(("clientcert", _)) => {}
-            _ => return Err(format!("invalid authentication option \"{opt}\"")),
+    let mut ldap = None;
+    if method == Method::Ldap {
+        // PostgreSQL's LDAP options; a comma may join them, as PgBouncer reads the line.
+        let words: Vec<String> = f[at + 1..]
+            .iter()
+            .flatten()
+            .map(|i| i.text.clone())
+            .collect();
+        ldap = Some(std::sync::Arc::new(crate::ldap::LdapOptions::parse(
+            &words,
+        )?));
+    } else {
+        for opt in &f[at + 1..] {
+            let opt = word(opt)?;
+            match opt.split_once('=') {
+                Some(("map", m)) => map = Some(m.to_owned()),
+                // What PostgreSQL checks itself (clientcert) the TLS settings decide here.
+                Some(("clientcert", _)) => {}
+                _ => return Err(format!("invalid authentication option \"{opt}\"")),
+            }
         }
     }
     Ok(Rule {
@@ -399,6 +420,7 @@ fn rule(line: usize, f: &[Field], dir: &Path) -> Result<Rule, String> {
         address,
         method,
         map,
+        ldap,
     })
 }
 
@@ -534,8 +556,12 @@ mod tests {
                 "1: prefix length 40 too long for \"10.0.0.0/40\"",
             ),
             (
-                "host all all 10.0.0.0/8 ldap\n",
-                "1: authentication method \"ldap\" is not supported",
+                "host all all 10.0.0.0/8 pam\n",
+                "1: authentication method \"pam\" is not supported in the HBA file",
+            ),
+            (
+                "host all all 10.0.0.0/8 ldap ldapserver=h\n",
+                "1: authentication method \"ldap\" requires argument \"ldapbasedn\", \"ldapprefix\", or \"ldapsuffix\" to be set",
             ),
             (
                 "host all +admins 10.0.0.0/8 md5\n",

@@ -13,6 +13,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "auth_file",
     "auth_hba_file",
     "auth_ident_file",
+    "auth_ldap_options",
+    "auth_pam_confdir",
     "auth_query",
     "auth_type",
     "auth_user",
@@ -242,6 +244,6 @@ mod tests {
             g.client_tls_sslmode = mode;
             assert!(option_is_implemented("client_tls_sslmode", &g));
         }
-        assert!(!option_is_implemented("auth_ldap_options", &g));
+        assert!(!option_is_implemented("sbuf_loopcnt", &g));
     }
 }

@@ -15,6 +15,7 @@ mod general;
 pub mod hba;
 mod implemented;
 mod ini;
+pub mod ldap;
 mod loader;
 mod peer;
 mod user;
