@@ -808,6 +808,14 @@ fn a_runtime_set_of_max_prepared_statements_reaches_connected_clients() {
     assert_eq!(c.query_one("select 1"), "1");
     let mut console =
         RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).expect("console login");
+    // Out of PgBouncer's C int: refused as PgBouncer does (test_prepared.py:
+    // test_prepared_statement_parsing_admin), the value kept.
+    for bad in ["-1", "3147483648"] {
+        let sql = format!("SET max_prepared_statements = '{bad}'");
+        let e = common::console::run(&mut console, &sql).expect_err("refused");
+        assert!(e.message.starts_with("SET failed"), "{bad}: {e:?}");
+    }
+    common::console::ok(&mut console, "SET max_prepared_statements = '2147483647'");
     common::console::ok(&mut console, "SET max_prepared_statements = 10");
     // The transaction that ends after the SET is where the client takes it up.
     assert_eq!(c.query_one("select 2"), "2");
