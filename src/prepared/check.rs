@@ -216,8 +216,8 @@ pub fn settled(
 /// client's statement (see `to_settle`): PostgreSQL raises the error in front of
 /// it (`put_raise`), and the server skips the rest up to Sync.
 pub fn fail_ahead(p: &mut ClientStatements, out: &mut BytesMut) {
-    put_raise(out);
-    p.push_front(Reply::Raise);
+    put_raise(out, RAISE_CHANGED);
+    p.push_front(Reply::Raise(changed));
 }
 
 /// The client's Bind or Describe of a statement whose result changed: Weir's own 0A000
@@ -226,8 +226,18 @@ fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) ->
     if refuse_here(p, cx, false) {
         return refuse(p, changed(), false);
     }
-    put_raise(out);
-    p.push(Reply::Raise);
+    raise(p, out, RAISE_CHANGED, changed)
+}
+
+/// PostgreSQL raising `error` by the DO block `statement` (see `put_raise`).
+pub(super) fn raise(
+    p: &mut ClientStatements,
+    out: &mut BytesMut,
+    statement: &[u8],
+    error: fn() -> PgError,
+) -> Edit {
+    put_raise(out, statement);
+    p.push(Reply::Raise(error));
     // No other client's request goes behind a batch that ends in an error (as `refuse`).
     p.opaque = true;
     Edit::Replace
@@ -241,8 +251,8 @@ fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) ->
 /// would log an error of Weir's making. The client's unnamed statement and portal are
 /// taken (nothing of the batch runs after the error; the unnamed portal goes with the
 /// transaction anyway), as by the Parse of `refusals::parse_taken`.
-fn put_raise(out: &mut BytesMut) {
-    put_unnamed_parse(out, RAISE_CHANGED);
+fn put_raise(out: &mut BytesMut, statement: &[u8]) {
+    put_unnamed_parse(out, statement);
     put_message(out, b'B', |b| b.put_slice(&[0, 0, 0, 0, 0, 0, 0, 0]));
     put_message(out, b'E', |b| b.put_slice(&[0, 0, 0, 0, 0]));
 }

@@ -313,8 +313,9 @@ pub enum Reply {
     /// PostgreSQL raising the client's 0A000 for a statement whose result changed
     /// (`check::put_raise`): its ParseComplete and BindComplete are removed, and its error
     /// gets the fields of the one a direct connection gets (routine RevalidateCachedQuery,
-    /// which drivers look at, and no PL/pgSQL context).
-    Raise,
+    /// which drivers look at, and no PL/pgSQL context). The error it gets instead is
+    /// this one's (check::changed, or sql_via_extended).
+    Raise(fn() -> PgError),
     /// Weir's Close and Sync after the client's Sync (`close_after_sync`): everything
     /// the server answers them with is removed, up to their ReadyForQuery.
     Tidy,
@@ -357,7 +358,7 @@ impl Reply {
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
-            | Reply::Raise
+            | Reply::Raise(_)
             | Reply::Discarded => false,
         }
     }
@@ -386,7 +387,7 @@ impl Reply {
             | Reply::SwallowReady
             | Reply::Tidy
             | Reply::Twice => tag == b'Z',
-            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise => false,
+            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise(_) => false,
         }
     }
 
@@ -468,7 +469,7 @@ impl Reply {
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
-            | Reply::Raise
+            | Reply::Raise(_)
             | Reply::Discarded => {}
         }
     }
