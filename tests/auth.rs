@@ -195,6 +195,54 @@ async fn scram_pass_through_survives_reconnect() {
     }
 }
 
+/// auth_query runs on a connection of Weir's own, with none of the client's settings
+/// (PgBouncer's test_auth_query_no_set_commands): a lookup function that refuses to run
+/// under the search_path the client asks for in `options` still finds the client, whose
+/// session then has that search_path. ~2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_query_runs_none_of_the_clients_settings() {
+    let pg = PgServer::start();
+    pg.create_user("carol", "pw1", "md5");
+    pg.create_user_lookup();
+    pg.exec(
+        "create schema malicious_schema; \
+         create function public.checked_lookup(i_username text, out usename text, \
+         out passwd text) returns record as $$ \
+         begin \
+           if current_setting('search_path') like '%malicious_schema%' then \
+             raise exception 'malicious search_path detected in auth query'; \
+           end if; \
+           select s.usename, s.passwd from pg_catalog.pg_shadow s \
+            where s.usename = i_username into usename, passwd; \
+           return; \
+         end; $$ language plpgsql security definer; \
+         grant execute on function public.checked_lookup(text) to lookup;",
+    );
+    let weir = Weir::for_pg(&pg)
+        .auth_query_lookup()
+        .set(
+            "auth_query",
+            "SELECT usename, passwd FROM public.checked_lookup($1)",
+        )
+        .userlist(&[("lookup", "")])
+        .start();
+    let out = psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "dbname=postgres options='-c search_path=malicious_schema,public'",
+        "carol",
+        Some("pw1"),
+        "show search_path",
+    );
+    assert_eq!(
+        out.as_deref(),
+        Ok("malicious_schema,public"),
+        "{}",
+        weir.log_tail()
+    );
+    assert!(!pg.log().contains("malicious search_path detected"));
+}
+
 /// A user missing from auth_file, password auth: refused like a wrong
 /// password, after a full exchange, so that user names cannot be probed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
