@@ -290,6 +290,47 @@ fn replication_clients_have_their_own_server_listed_and_closed() {
     replication_servers_gone(&pg, &weir);
 }
 
+/// Replication over TLS on both sides (PgBouncer's test_ssl_replication): the client
+/// speaks TLS to Weir, which opens the walsender's server over TLS too (PostgreSQL takes
+/// nothing else); replication commands and SQL work on it. ~2 s.
+#[test]
+fn replication_over_tls_on_both_sides() {
+    let certs = common::tls::Certs::new();
+    let pg = PgServer::start();
+    pg.enable_tls(
+        &certs.path("server.crt"),
+        &certs.path("server.key"),
+        &certs.path("ca.crt"),
+    );
+    pg.set_hba_only(&["hostssl all postgres 127.0.0.1/32 trust"]);
+    let weir = weir_for(&pg)
+        .set("server_tls_sslmode", "require")
+        .set("client_tls_sslmode", "require")
+        .set("client_tls_cert_file", certs.p("server.crt"))
+        .set("client_tls_key_file", certs.p("server.key"))
+        .start();
+    let replication = "sslmode=require replication=database";
+    let system = psql_conninfo(&weir, replication, "IDENTIFY_SYSTEM")
+        .unwrap_or_else(|e| panic!("{e}\n{}", weir.log_tail()));
+    assert!(!system.is_empty());
+    let seen = psql_conninfo(
+        &weir,
+        replication,
+        "select s.ssl, a.backend_type from pg_stat_ssl s join pg_stat_activity a \
+         using (pid) where pid = pg_backend_pid()",
+    );
+    assert_eq!(seen.as_deref(), Ok("t|walsender"), "{}", weir.log_tail());
+    let plain = psql_conninfo(
+        &weir,
+        "sslmode=disable replication=database",
+        "IDENTIFY_SYSTEM",
+    );
+    assert!(plain.is_err_and(|e| e.contains("SSL required")));
+    assert!(eventually(TIMEOUT, || walsenders(&pg) == 0));
+    let pooled = psql_conninfo(&weir, "sslmode=require", "select 40 + 2");
+    assert_eq!(pooled.as_deref(), Ok("42"));
+}
+
 #[test]
 fn a_full_pool_makes_room_or_queues_the_replication_client() {
     let pg = PgServer::start();
