@@ -375,6 +375,55 @@ fn a_full_pool_makes_room_or_queues_the_replication_client() {
     replication_servers_gone(&pg, &weir);
 }
 
+/// A pool over its pool_size by the reserve (PgBouncer's
+/// test_replication_pool_size_over_full_pool): a replication client closes enough idle
+/// servers to get below pool_size, two here, rather than open one more on top. ~4 s.
+#[test]
+fn a_pool_over_its_size_by_the_reserve_makes_room_for_replication() {
+    let pg = PgServer::start();
+    let weir = weir_for(&pg)
+        .set("default_pool_size", 1)
+        .set("reserve_pool_size", 1)
+        .set("reserve_pool_timeout", 1)
+        // The second sleep waits for a server, rather than go behind the first.
+        .set("pipeline_depth", 0)
+        .start();
+    let port = weir.port();
+    let sleepers: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = RawConn::startup(port, "postgres", "postgres", &[]).expect("login");
+                c.simple_query("select pg_sleep(2)").expect("sleep");
+            })
+        })
+        .collect();
+    for s in sleepers {
+        s.join().expect("a sleeper failed");
+    }
+    assert_eq!(
+        weir.logfile()
+            .matches("taking connection from reserve_pool")
+            .count(),
+        1,
+        "{}",
+        weir.log_tail()
+    );
+    assert_eq!(
+        count_of(&replication_column(&weir, "SHOW SERVERS"), "none"),
+        2
+    );
+    let c = replication_client(weir.port(), "database", &[]);
+    assert_eq!(
+        weir.logfile().matches("evicted for pool_size").count(),
+        2,
+        "{}",
+        weir.log_tail()
+    );
+    assert_eq!(replication_column(&weir, "SHOW SERVERS"), vec!["logical"]);
+    drop(c);
+    replication_servers_gone(&pg, &weir);
+}
+
 #[test]
 fn replication_servers_count_against_max_db_connections() {
     let pg = PgServer::start();
