@@ -150,6 +150,99 @@ async fn auth_scram_with_scram_secret_entry() {
     assert_sasl_failed(&e);
 }
 
+/// SCRAM pass-through after RECONNECT (PgBouncer's test_scram_passthrough_after_reconnect
+/// and test_scram_cached_adhoc_secrets_after_reconnect): PostgreSQL demands SCRAM of both
+/// roles and the database entry has no password, so Weir logs in with the keys of the
+/// client's own SCRAM exchange, from a SCRAM secret (alice) or worked out from a
+/// cleartext entry (bob). RECONNECT closes the server; the same client's next query
+/// logs a new one in with the keys Weir kept, and so does a new client's. ~2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_pass_through_survives_reconnect() {
+    let pg = PgServer::start();
+    pg.create_user("alice", "s3cret", "scram-sha-256");
+    pg.create_user("bob", "s3cret", "scram-sha-256");
+    pg.set_hba(&["host all alice,bob 127.0.0.1/32 scram-sha-256"]);
+    let secret = pg.stored_password("alice");
+    let weir = Weir::for_pg(&pg)
+        .set("auth_type", "scram-sha-256")
+        .set("pool_mode", "transaction")
+        .set("admin_users", "admin")
+        .userlist(&[("alice", &secret), ("bob", "s3cret"), ("admin", "adminpw")])
+        .start();
+    let admin = connect_pw(weir.port(), "pgbouncer", "admin", "adminpw")
+        .await
+        .unwrap_or_else(|e| panic!("console: {e:?}\n{}", weir.log_tail()));
+    for user in ["alice", "bob"] {
+        let c = connect_pw(weir.port(), "postgres", user, "s3cret")
+            .await
+            .unwrap_or_else(|e| panic!("{user}: {e:?}\n{}", weir.log_tail()));
+        let before = q1(&c, "select pg_backend_pid()::text").await;
+        admin.simple_query("RECONNECT").await.expect("RECONNECT");
+        assert!(
+            eventually(TIMEOUT, || pg.count_backends(user) == 0),
+            "RECONNECT left {user}'s server open"
+        );
+        let after = q1(&c, "select current_user || ' ' || pg_backend_pid()").await;
+        assert_eq!(after.split(' ').next(), Some(user), "{}", weir.log_tail());
+        assert!(
+            !after.ends_with(&before),
+            "{user}: the old server was reused"
+        );
+        let again = connect_pw(weir.port(), "postgres", user, "s3cret")
+            .await
+            .unwrap_or_else(|e| panic!("{user} again: {e:?}\n{}", weir.log_tail()));
+        assert_eq!(q1(&again, "select current_user").await, user);
+    }
+}
+
+/// auth_query runs on a connection of Weir's own, with none of the client's settings
+/// (PgBouncer's test_auth_query_no_set_commands): a lookup function that refuses to run
+/// under the search_path the client asks for in `options` still finds the client, whose
+/// session then has that search_path. ~2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_query_runs_none_of_the_clients_settings() {
+    let pg = PgServer::start();
+    pg.create_user("carol", "pw1", "md5");
+    pg.create_user_lookup();
+    pg.exec(
+        "create schema malicious_schema; \
+         create function public.checked_lookup(i_username text, out usename text, \
+         out passwd text) returns record as $$ \
+         begin \
+           if current_setting('search_path') like '%malicious_schema%' then \
+             raise exception 'malicious search_path detected in auth query'; \
+           end if; \
+           select s.usename, s.passwd from pg_catalog.pg_shadow s \
+            where s.usename = i_username into usename, passwd; \
+           return; \
+         end; $$ language plpgsql security definer; \
+         grant execute on function public.checked_lookup(text) to lookup;",
+    );
+    let weir = Weir::for_pg(&pg)
+        .auth_query_lookup()
+        .set(
+            "auth_query",
+            "SELECT usename, passwd FROM public.checked_lookup($1)",
+        )
+        .userlist(&[("lookup", "")])
+        .start();
+    let out = psql_at(
+        "127.0.0.1",
+        weir.port(),
+        "dbname=postgres options='-c search_path=malicious_schema,public'",
+        "carol",
+        Some("pw1"),
+        "show search_path",
+    );
+    assert_eq!(
+        out.as_deref(),
+        Ok("malicious_schema,public"),
+        "{}",
+        weir.log_tail()
+    );
+    assert!(!pg.log().contains("malicious search_path detected"));
+}
+
 /// A user missing from auth_file, password auth: refused like a wrong
 /// password, after a full exchange, so that user names cannot be probed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,6 +112,33 @@ fn invalid_value_is_rejected() {
     }
 }
 
+/// max_prepared_statements out of 0..=2147483647 (PgBouncer's C int) is refused at
+/// startup in PgBouncer's words (its test_prepared.py:
+/// test_prepared_statement_parsing_config); the bounds are taken (weir-config's unit
+/// test). Milliseconds.
+#[test]
+fn max_prepared_statements_past_a_c_int_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = dir.path().join("ps.ini");
+    for value in ["-1", "3147483648"] {
+        fs::write(
+            &ini,
+            format!(
+                "[databases]\ndb = host=127.0.0.1\n[pgbouncer]\nlisten_port = 1\n\
+                 max_prepared_statements = {value}\n"
+            ),
+        )
+        .unwrap();
+        let out = run(&[ini.to_str().unwrap()]);
+        let t = text(&out);
+        assert!(!out.status.success(), "{value} taken: {t}");
+        assert!(
+            t.contains(&format!("invalid max_prepared_statements = {value}")),
+            "{value}: {t}"
+        );
+    }
+}
+
 /// One host with two ports is refused at startup in PgBouncer's words (its test_misc.py:
 /// test_multi_port_validation looks for `invalid number of ports`). Milliseconds.
 #[test]

@@ -525,6 +525,67 @@ fn sql_prepare_execute_deallocate() {
     });
 }
 
+/// SQL PREPARE, EXECUTE and DEALLOCATE of a name sent with the extended protocol (a
+/// Parse of `PREPARE x AS ...`, as pgJDBC sends every statement) are refused in words
+/// that say what to do, out of a block by Weir and in one by PostgreSQL (the block
+/// fails, as the client's statement would have failed it): never passed on, where the
+/// statement would stay on the shared server under the client's name for another
+/// client's EXECUTE of that name to run. DEALLOCATE ALL and DISCARD ALL go on.
+#[test]
+fn sql_prepare_through_the_extended_protocol_is_refused() {
+    let pg = PgServer::start();
+    let weir = one_server(&pg, 20);
+    let mut a = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    let mut b = RawConn::startup(weir.port(), "postgres", "postgres", &[]).expect("login");
+    let extended = |sql: &str| [parse("", sql), bind("", "", &[]), execute("", 0), sync()].concat();
+    let refused = |c: &mut RawConn, sql: &str| {
+        c.send(&extended(sql));
+        let msgs = c.read_until_ready();
+        let e = msgs
+            .iter()
+            .find(|m| m.tag == b'E')
+            .map(|m| parse_error(&m.body))
+            .unwrap_or_else(|| panic!("{sql} was not refused"));
+        assert_eq!(e.code, "0A000", "{sql}: {e:?}");
+        assert!(e.message.contains("simple queries"), "{sql}: {e:?}");
+        let tags: String = msgs.iter().map(|m| m.tag_char()).collect();
+        (tags, msgs.last().map(|m| m.body[0]))
+    };
+    for sql in [
+        "PREPARE x AS select 'a''s'",
+        "EXECUTE x",
+        "deallocate prepare x",
+    ] {
+        assert_eq!(refused(&mut a, sql), ("EZ".into(), Some(b'I')), "{sql}");
+    }
+    // B never prepared x: PostgreSQL says so, as to a direct client.
+    b.send(&query("EXECUTE x"));
+    assert_eq!(replies(&mut b), ["E 26000", "Z"]);
+    // In a block, the block fails as the client's own error would fail it.
+    a.send(&query("begin"));
+    assert_eq!(replies(&mut a), ["C", "Z"]);
+    a.send(&[parse("", "select 1"), bind("", "", &[]), execute("", 0)].concat());
+    let (tags, status) = refused(&mut a, "PREPARE y AS select 1");
+    assert_eq!((tags.as_str(), status), ("12DCEZ", Some(b'E')));
+    a.send(&query("select 1"));
+    assert_eq!(replies(&mut a), ["E 25P02", "Z"]);
+    a.send(&query("rollback"));
+    assert_eq!(replies(&mut a), ["C", "Z"]);
+    // The simple query's PREPARE is followed.
+    a.send(&query("PREPARE x AS select 'simple'"));
+    assert_eq!(replies(&mut a), ["C", "Z"]);
+    a.send(&query("EXECUTE x"));
+    assert_eq!(replies(&mut a), ["T 1", "D [Some(\"simple\")]", "C", "Z"]);
+    // An extended DEALLOCATE ALL goes on; what it drops of other clients' statements on
+    // the shared server, Weir prepares again.
+    b.send(&[parse("sb", "select 'b'"), sync()].concat());
+    assert_eq!(replies(&mut b), ["1", "Z"]);
+    a.send(&extended("DEALLOCATE ALL"));
+    assert_eq!(replies(&mut a), ["1", "2", "C", "Z"]);
+    b.send(&run_prepared("sb"));
+    assert_eq!(replies(&mut b), ["2", "T 1", "D [Some(\"b\")]", "C", "Z"]);
+}
+
 /// SHOW SERVERS and SHOW CLIENTS tell how many statements each holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_servers_counts_prepared_statements() {
@@ -808,6 +869,14 @@ fn a_runtime_set_of_max_prepared_statements_reaches_connected_clients() {
     assert_eq!(c.query_one("select 1"), "1");
     let mut console =
         RawConn::startup(weir.port(), "postgres", "pgbouncer", &[]).expect("console login");
+    // Out of PgBouncer's C int: refused as PgBouncer does (test_prepared.py:
+    // test_prepared_statement_parsing_admin), the value kept.
+    for bad in ["-1", "3147483648"] {
+        let sql = format!("SET max_prepared_statements = '{bad}'");
+        let e = common::console::run(&mut console, &sql).expect_err("refused");
+        assert!(e.message.starts_with("SET failed"), "{bad}: {e:?}");
+    }
+    common::console::ok(&mut console, "SET max_prepared_statements = '2147483647'");
     common::console::ok(&mut console, "SET max_prepared_statements = 10");
     // The transaction that ends after the SET is where the client takes it up.
     assert_eq!(c.query_one("select 2"), "2");

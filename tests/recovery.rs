@@ -119,6 +119,43 @@ fn a_first_login_waits_for_postgresql_to_come_back() {
     expect_served_after_restart(&mut pg, &weir, answer);
 }
 
+/// PgBouncer's test_scram_server (test_misc.py): a SCRAM client's first login to a
+/// database whose server never answers, with query_wait_notify under the wait, is kept
+/// waiting and then ends (here at query_wait_timeout, FATAL, with why), and Weir goes
+/// on serving: the same client logs in to a database that is up. ~3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scram_client_waiting_for_a_down_server_ends_cleanly() {
+    let pg = PgServer::start();
+    let down = free_port();
+    let secret = "alicepw";
+    let weir = Weir::for_pg(&pg)
+        .database(
+            "down",
+            &format!("host=127.0.0.1 port={down} dbname=postgres user=alice password={secret}"),
+        )
+        .set("auth_type", "scram-sha-256")
+        .set("query_wait_timeout", 2)
+        .set("query_wait_notify", 1)
+        .userlist(&[("alice", secret), ("postgres", "pgpw")])
+        .start();
+    let started = std::time::Instant::now();
+    let e = connect_pw(weir.port(), "down", "alice", secret)
+        .await
+        .expect_err("logged in to a database whose server is down");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the login failed before query_wait_timeout: {e:?}"
+    );
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(db.code().code(), "08006", "{db:?}");
+    assert!(db.message().starts_with("server login failed"), "{db:?}");
+    let c = connect_pw(weir.port(), "postgres", "postgres", "pgpw")
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", weir.log_tail()));
+    assert_eq!(q1(&c, "select 1").await, "1");
+    assert!(!weir.log().contains("panicked"), "{}", weir.log_tail());
+}
+
 /// With PostgreSQL down for good, a first login ends at query_wait_timeout with why the
 /// server logins failed, not at once.
 #[test]

@@ -290,6 +290,47 @@ fn replication_clients_have_their_own_server_listed_and_closed() {
     replication_servers_gone(&pg, &weir);
 }
 
+/// Replication over TLS on both sides (PgBouncer's test_ssl_replication): the client
+/// speaks TLS to Weir, which opens the walsender's server over TLS too (PostgreSQL takes
+/// nothing else); replication commands and SQL work on it. ~2 s.
+#[test]
+fn replication_over_tls_on_both_sides() {
+    let certs = common::tls::Certs::new();
+    let pg = PgServer::start();
+    pg.enable_tls(
+        &certs.path("server.crt"),
+        &certs.path("server.key"),
+        &certs.path("ca.crt"),
+    );
+    pg.set_hba_only(&["hostssl all postgres 127.0.0.1/32 trust"]);
+    let weir = weir_for(&pg)
+        .set("server_tls_sslmode", "require")
+        .set("client_tls_sslmode", "require")
+        .set("client_tls_cert_file", certs.p("server.crt"))
+        .set("client_tls_key_file", certs.p("server.key"))
+        .start();
+    let replication = "sslmode=require replication=database";
+    let system = psql_conninfo(&weir, replication, "IDENTIFY_SYSTEM")
+        .unwrap_or_else(|e| panic!("{e}\n{}", weir.log_tail()));
+    assert!(!system.is_empty());
+    let seen = psql_conninfo(
+        &weir,
+        replication,
+        "select s.ssl, a.backend_type from pg_stat_ssl s join pg_stat_activity a \
+         using (pid) where pid = pg_backend_pid()",
+    );
+    assert_eq!(seen.as_deref(), Ok("t|walsender"), "{}", weir.log_tail());
+    let plain = psql_conninfo(
+        &weir,
+        "sslmode=disable replication=database",
+        "IDENTIFY_SYSTEM",
+    );
+    assert!(plain.is_err_and(|e| e.contains("SSL required")));
+    assert!(eventually(TIMEOUT, || walsenders(&pg) == 0));
+    let pooled = psql_conninfo(&weir, "sslmode=require", "select 40 + 2");
+    assert_eq!(pooled.as_deref(), Ok("42"));
+}
+
 #[test]
 fn a_full_pool_makes_room_or_queues_the_replication_client() {
     let pg = PgServer::start();
@@ -331,6 +372,55 @@ fn a_full_pool_makes_room_or_queues_the_replication_client() {
     let second = second.join().expect("the second replication client got in");
     assert!(eventually(TIMEOUT, || walsenders(&pg) == 1));
     drop(second);
+    replication_servers_gone(&pg, &weir);
+}
+
+/// A pool over its pool_size by the reserve (PgBouncer's
+/// test_replication_pool_size_over_full_pool): a replication client closes enough idle
+/// servers to get below pool_size, two here, rather than open one more on top. ~4 s.
+#[test]
+fn a_pool_over_its_size_by_the_reserve_makes_room_for_replication() {
+    let pg = PgServer::start();
+    let weir = weir_for(&pg)
+        .set("default_pool_size", 1)
+        .set("reserve_pool_size", 1)
+        .set("reserve_pool_timeout", 1)
+        // The second sleep waits for a server, rather than go behind the first.
+        .set("pipeline_depth", 0)
+        .start();
+    let port = weir.port();
+    let sleepers: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = RawConn::startup(port, "postgres", "postgres", &[]).expect("login");
+                c.simple_query("select pg_sleep(2)").expect("sleep");
+            })
+        })
+        .collect();
+    for s in sleepers {
+        s.join().expect("a sleeper failed");
+    }
+    assert_eq!(
+        weir.logfile()
+            .matches("taking connection from reserve_pool")
+            .count(),
+        1,
+        "{}",
+        weir.log_tail()
+    );
+    assert_eq!(
+        count_of(&replication_column(&weir, "SHOW SERVERS"), "none"),
+        2
+    );
+    let c = replication_client(weir.port(), "database", &[]);
+    assert_eq!(
+        weir.logfile().matches("evicted for pool_size").count(),
+        2,
+        "{}",
+        weir.log_tail()
+    );
+    assert_eq!(replication_column(&weir, "SHOW SERVERS"), vec!["logical"]);
+    drop(c);
     replication_servers_gone(&pg, &weir);
 }
 

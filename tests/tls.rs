@@ -37,6 +37,63 @@ fn require_takes_tls_clients_and_refuses_plain_ones() {
     assert_eq!(psql_conninfo(&weir, &full, "select 3").as_deref(), Ok("3"));
 }
 
+/// A TLS client that closes its socket without a close_notify (what many clients do:
+/// Python's ssl, a killed process) logs only the disconnection, as any other client's,
+/// and no warning (PgBouncer's test_no_unexpected_eof_warning). ~1 s.
+#[test]
+fn a_tls_client_closing_without_close_notify_logs_no_warning() {
+    let pg = PgServer::start();
+    let certs = Certs::new();
+    let weir = with_tls(&pg, &certs, "require").start();
+    // SSLRequest, the handshake, a startup packet, its answers up to ReadyForQuery; then
+    // the socket closed under the TLS session (SSLSocket.close sends no close_notify).
+    let script = format!(
+        r#"
+import socket, ssl, struct
+s = socket.create_connection(("127.0.0.1", {port}))
+s.sendall(struct.pack("!ii", 8, 80877103))
+assert s.recv(1) == b"S"
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+t = ctx.wrap_socket(s)
+body = struct.pack("!i", 196608) + b"user\0postgres\0database\0postgres\0application_name\0noclose\0\0"
+t.sendall(struct.pack("!i", len(body) + 4) + body)
+seen = b""
+while b"Z\0\0\0\5I" not in seen:
+    chunk = t.recv(65536)
+    assert chunk, seen
+    seen += chunk
+t.close()
+print("closed")
+"#,
+        port = weir.port()
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "closed",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        eventually(TIMEOUT, || weir.logfile().contains("client unexpected eof")),
+        "{}",
+        weir.log_tail()
+    );
+    let log = weir.logfile();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARNING") || l.contains(" ERROR "))
+        // Weir's own at startup, when tests run as root.
+        .filter(|l| !l.contains("running as root"))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}
+
 /// Large results and COPY both ways through TLS: records that do not fit the socket at
 /// once are pushed out as it drains.
 #[test]

@@ -535,6 +535,47 @@ fn reload_changes_the_mode() {
     assert_eq!(session_ssl(&weir).map(|s| s.starts_with('t')), Ok(true));
 }
 
+/// A change of a server TLS option (the console's SET, as a reload) closes the servers
+/// logged in under the old settings, each logged `database configuration changed`, and
+/// the next client gets a new one (PgBouncer's test_servers_disconnect_when_changing_tls_config,
+/// in test_tls.py for the mode and in test_ssl.py for server_tls_protocols). ~2 s.
+#[test]
+fn a_server_tls_change_closes_the_servers_made_before() {
+    let certs = Certs::new();
+    let pg = tls_pg(&certs, "server");
+    let weir = weir_to(&pg, "127.0.0.1", "require")
+        .set("server_tls_ca_file", certs.p("ca.crt"))
+        .start();
+    let mut console = RawConn::startup(weir.port(), "postgres", "pgbouncer", &[])
+        .unwrap_or_else(|e| panic!("console login failed: {e:?}"));
+    let pid = || query(&weir, "select pg_backend_pid()").unwrap_or_else(|e| panic!("{e}"));
+    let mut before = pid();
+    for (n, set) in [
+        "set server_tls_sslmode = 'verify-ca'",
+        "set server_tls_protocols = 'tlsv1.3'",
+    ]
+    .iter()
+    .enumerate()
+    {
+        console::ok(&mut console, set);
+        assert!(
+            eventually(TIMEOUT, || pg.count_backends("app_s") == 0),
+            "{set} left the server open\n{}",
+            weir.log_tail()
+        );
+        let closed = weir
+            .logfile()
+            .matches("database configuration changed")
+            .count();
+        assert_eq!(closed, n + 1, "{set}\n{}", weir.log_tail());
+        let after = pid();
+        assert_ne!(after, before, "{set}: the old server was lent");
+        before = after;
+    }
+    let ssl = session_ssl(&weir).unwrap_or_else(|e| panic!("{e}"));
+    assert!(ssl.starts_with('t') && ssl.contains("TLSv1.3"), "{ssl}");
+}
+
 /// The CA file in force is overwritten on disk by one that cannot be read: a SET of
 /// another option neither reads it again (it used to be refused for it) nor lowers the
 /// checks; a SET of a server TLS option, which would, is refused.

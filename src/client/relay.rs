@@ -406,7 +406,7 @@ impl Session {
                         p.opaque = false;
                         self.exchange.set(PLAIN, false);
                     }
-                    if p.effects.flags != 0 {
+                    if p.effects.flags != 0 || !p.effects.local_names.is_empty() {
                         let e = std::mem::take(&mut p.effects);
                         self.add_effects(e);
                     }
@@ -479,7 +479,12 @@ impl Session {
             let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |t| {
                 // Errors whole: one that answers nothing is held back (below).
                 // Descriptions whole too, for prepared::check to keep.
-                t == b'Z' || t == b'S' || t == b'E' || (tracking && (t == b'T' || t == b't'))
+                // And CommandCompletes, for a DEALLOCATE ALL or DISCARD ALL that
+                // prepared::answers did not see coming.
+                t == b'Z'
+                    || t == b'S'
+                    || t == b'E'
+                    || (tracking && (t == b'T' || t == b't' || t == b'C'))
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {

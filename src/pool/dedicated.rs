@@ -89,6 +89,7 @@ impl Pool {
     ) -> Result<lease::Slot, PgError> {
         let started = Instant::now();
         // An idle server to close for its slot, or a place in the queue.
+        let mut over = Vec::new();
         let room = {
             let mut st = self.lock();
             match self.take_slot(&mut st, settings, false) {
@@ -98,6 +99,15 @@ impl Pool {
                     // Its slot and its units of the shared limits pass to the new server.
                     Some(conn) => {
                         st.connecting += 1;
+                        // A pool over pool_size by the reserve gets back under it, as
+                        // PgBouncer's does, rather than keep a server more.
+                        while st.total > settings.pool_size {
+                            let Some(extra) = st.idle.pop_front() else {
+                                break;
+                            };
+                            st.total -= 1;
+                            over.push(extra);
+                        }
                         Ok(conn)
                     }
                     None => {
@@ -117,6 +127,10 @@ impl Pool {
         let (rx, limited) = match room {
             Ok(conn) => {
                 let slot = lease::Slot::new(self.clone());
+                for extra in over {
+                    crate::conn_log::server_closing(&extra.info.0, EVICTED);
+                    self.closed_idle(*extra);
+                }
                 close_for_room(*conn).await;
                 return Ok(slot);
             }

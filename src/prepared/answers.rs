@@ -39,6 +39,19 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
+    if tag == b'C'
+        && !matches!(front, Reply::Reset { .. })
+        && body
+            .is_some_and(|b| b.starts_with(b"DEALLOCATE ALL\0") || b.starts_with(b"DISCARD ALL\0"))
+    {
+        // One Weir did not rewrite (sent with the extended protocol, or after another
+        // statement in a query) has dropped every statement on the server, Weir's
+        // included, and the client's: Weir prepares its own again where they are used.
+        *server = ServerStatements::default();
+        p.names = Default::default();
+        p.described.clear();
+        p.described_as.clear();
+    }
     if let Reply::Tidy = front {
         if tag == b'Z' {
             p.pop();
@@ -93,14 +106,16 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
-    if let (Reply::Raise, b'1' | b'2' | b'3') = (front, tag) {
+    if let (Reply::Raise(_), b'1' | b'2' | b'3') = (front, tag) {
         return ServerEdit::Remove;
     }
     if tag == b'E' {
         let mut edit = ServerEdit::Keep;
-        let raised = body.is_some_and(|b| PgError::parse(b).code == "0A000");
-        if let (Reply::Raise, true) = (front, raised) {
-            edit = ServerEdit::Replace(error_response(&super::check::changed()));
+        if let Reply::Raise(error) = front {
+            let error = error();
+            if body.is_some_and(|b| PgError::parse(b).code == error.code) {
+                edit = ServerEdit::Replace(error_response(&error));
+            }
         }
         let failed_again = p.retry.failed_again(front);
         let put_back = failed_again.is_some();

@@ -275,7 +275,7 @@ pub fn raise_ahead(
 /// The bytes of one `put_raise`.
 pub fn raise_bytes() -> BytesMut {
     let mut out = BytesMut::new();
-    put_raise(&mut out);
+    put_raise(&mut out, RAISE_CHANGED);
     out
 }
 
@@ -285,8 +285,18 @@ fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) ->
     if refuse_here(p, cx, false) {
         return refuse(p, changed(), false);
     }
-    put_raise(out);
-    p.push(Reply::Raise);
+    raise(p, out, RAISE_CHANGED, changed)
+}
+
+/// PostgreSQL raising `error` by the DO block `statement` (see `put_raise`).
+pub(super) fn raise(
+    p: &mut ClientStatements,
+    out: &mut BytesMut,
+    statement: &[u8],
+    error: fn() -> PgError,
+) -> Edit {
+    put_raise(out, statement);
+    p.push(Reply::Raise(error));
     // No other client's request goes behind a batch that ends in an error (as `refuse`).
     p.opaque = true;
     Edit::Replace
@@ -301,9 +311,9 @@ fn refuse_changed(p: &mut ClientStatements, out: &mut BytesMut, cx: &Context) ->
 /// (closed first, as it may be there from an earlier raise): the client's unnamed
 /// statement outlives the batch on a direct connection, and a later batch may bind it.
 /// The unnamed portal is taken, which the failed transaction drops anyway.
-fn put_raise(out: &mut BytesMut) {
+fn put_raise(out: &mut BytesMut, statement: &[u8]) {
     put_close(out, RAISE_NAME);
-    put_named_parse(out, RAISE_NAME, RAISE_CHANGED);
+    put_named_parse(out, RAISE_NAME, statement);
     put_message(out, b'B', |b| {
         b.put_u8(0);
         b.put_slice(RAISE_NAME);

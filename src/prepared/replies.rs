@@ -297,7 +297,7 @@ impl ClientStatements {
     /// PostgreSQL's 0A000 raised in front of the message of `replies[at]`
     /// (`check::raise_ahead`).
     pub fn insert_raise(&mut self, at: usize) {
-        self.insert_reply(at, Reply::Raise);
+        self.insert_reply(at, Reply::Raise(super::check::changed));
     }
 
     /// An entry for a message Weir puts in front of the one of `replies[at]` (in a
@@ -424,8 +424,9 @@ pub enum Reply {
     /// (`check::put_raise`): its CloseComplete, ParseComplete and BindComplete are
     /// removed, and its error
     /// gets the fields of the one a direct connection gets (routine RevalidateCachedQuery,
-    /// which drivers look at, and no PL/pgSQL context).
-    Raise,
+    /// which drivers look at, and no PL/pgSQL context). The error it gets instead is
+    /// this one's (check::changed, or sql_via_extended).
+    Raise(fn() -> PgError),
     /// Weir's Close and Sync after the client's Sync (`close_after_sync`): everything
     /// the server answers them with is removed, up to their ReadyForQuery.
     Tidy,
@@ -468,7 +469,7 @@ impl Reply {
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
-            | Reply::Raise
+            | Reply::Raise(_)
             | Reply::Discarded => false,
         }
     }
@@ -497,7 +498,7 @@ impl Reply {
             | Reply::SwallowReady
             | Reply::Tidy
             | Reply::Twice => tag == b'Z',
-            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise => false,
+            Reply::Synth { .. } | Reply::Refused { .. } | Reply::Raise(_) => false,
         }
     }
 
@@ -579,7 +580,7 @@ impl Reply {
             | Reply::Tidy
             | Reply::SwallowReady
             | Reply::Check(_)
-            | Reply::Raise
+            | Reply::Raise(_)
             | Reply::Discarded => {}
         }
     }

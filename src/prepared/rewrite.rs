@@ -75,6 +75,15 @@ pub fn client_message(
         b'S' | b'Q' | b'F' => p.ran = false,
         _ => {}
     }
+    if tag == b'P' && sql_statement_via_extended(body) {
+        if super::refusals::refuse_here(p, cx, false) {
+            return super::refusals::refuse(p, sql_via_extended(), false);
+        }
+        if server.is_none() {
+            return Edit::Hold;
+        }
+        return super::check::raise(p, out, RAISE_SQL_VIA_EXTENDED, sql_via_extended);
+    }
     let assumed = server.is_none() && cx.ahead && matches!(tag, b'B' | b'D');
     let by_status =
         p.status_pending() && (matches!(tag, b'P' | b'Q') || lacks_weirs_name(tag, body, p));
@@ -258,6 +267,42 @@ pub fn client_message(
         _ => keep(p),
     }
 }
+
+/// A Parse of SQL PREPARE, EXECUTE or DEALLOCATE of a name. What the statement does
+/// happens at its Execute (once per Bind: a second is PostgreSQL's 42P05), not at the
+/// Parse, so Weir could not rename it as it renames the simple query's; passed on, it
+/// would leave a statement under the client's own name on a shared server, where
+/// another client's EXECUTE of that name would run it. DEALLOCATE ALL and DISCARD ALL
+/// go on: they drop nothing another client could find (Weir prepares its statements
+/// again where the server lacks them).
+fn sql_statement_via_extended(body: &[u8]) -> bool {
+    let Some((_, rest)) = parse_parts(body) else {
+        return false;
+    };
+    let Some(end) = rest.iter().position(|&b| b == 0) else {
+        return false;
+    };
+    matches!(
+        query_kind(&rest[..=end]),
+        Some(QueryKind::Prepare(..) | QueryKind::Execute(..) | QueryKind::Deallocate(_))
+    )
+}
+
+/// What a client gets for `sql_statement_via_extended`.
+fn sql_via_extended() -> crate::protocol::PgError {
+    crate::protocol::PgError::error(
+        "0A000",
+        "SQL PREPARE, EXECUTE and DEALLOCATE of a name are not supported through the \
+         extended query protocol by a pooler in transaction or statement mode: send them \
+         as simple queries, or use protocol-level prepared statements",
+    )
+}
+
+/// PostgreSQL raising `sql_via_extended` where the client's transaction must fail with it.
+const RAISE_SQL_VIA_EXTENDED: &[u8] = b"DO $weir$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', \
+MESSAGE = 'SQL PREPARE, EXECUTE and DEALLOCATE of a name are not supported through the \
+extended query protocol by a pooler in transaction or statement mode: send them as simple \
+queries, or use protocol-level prepared statements'; END$weir$\0\0\0";
 
 /// A Bind or Describe of a name like Weir's own that the client does not have: what it
 /// becomes depends on the transaction status (see `refusals::missing`).

@@ -271,6 +271,13 @@ pub(crate) fn refuse_reserved(name: &str, raw: &str) -> Result<(), String> {
     if name == "auth_dbname" && raw.trim() == "pgbouncer" {
         return Err("cannot use the reserved \"pgbouncer\" database as an auth_dbname".into());
     }
+    // PgBouncer holds it in a C int and refuses a value out of 0..=2147483647, in the
+    // file (in these words) as by the console's SET.
+    if name == "max_prepared_statements"
+        && crate::value::parse_int(raw).is_ok_and(|v| !(0..=i64::from(i32::MAX)).contains(&v))
+    {
+        return Err(format!("invalid max_prepared_statements = {raw}"));
+    }
     Ok(())
 }
 
@@ -378,6 +385,16 @@ mod tests {
         assert_eq!(g.listen_port, 7000);
         assert!(matches!(g.set_option("listen_port", "x"), Some(Err(_))));
         assert_eq!(g.set_option("nope", "1"), None);
+        for (raw, ok) in [
+            ("-1", false),
+            ("3147483648", false),
+            ("0", true),
+            ("2147483647", true),
+        ] {
+            let r = g.set_option("max_prepared_statements", raw);
+            assert_eq!(r.as_ref().map(Result::is_ok), Some(ok), "{raw}: {r:?}");
+        }
+        assert_eq!(g.max_prepared_statements, 2_147_483_647);
         assert_eq!(g.set_option("unix_socket_dir", ""), Some(Ok(())));
         assert_eq!(g.unix_socket_dir, None);
         assert!(!g.is_default("unix_socket_dir"));
