@@ -38,7 +38,7 @@ impl Session {
                 return Ok(lease);
             }
             match self.standby_lease(&lease) {
-                route::StandbyLease::Use => return self.fitted(lease).await,
+                route::StandbyLease::Use => return Ok(lease),
                 route::StandbyLease::Release => lease.release(),
                 route::StandbyLease::Close => {
                     crate::conn_log::server_closing(&lease.info.0, "host no longer fit for reads");
@@ -47,34 +47,12 @@ impl Session {
             }
             self.set_route(route::READ_ON_PRIMARY);
         }
-        let lease = match self.pool.try_checkout_idle((&self.wanted, self.gucs())) {
-            Some(l) => l,
-            None => {
-                let pool = self.pool.clone();
-                let keys = self.scram_keys();
-                Box::pin(self.wait_for_server(&pool, &keys)).await?
-            }
-        };
-        self.fitted(lease).await
-    }
-
-    /// The server, or a new one in its place when it holds a custom setting the client
-    /// has not made (gucs::fits): PostgreSQL keeps a placeholder for every custom
-    /// setting a session ever made, which the client would find, and so see what another
-    /// client set. Idle servers that fit are lent first (pool::checkout's pick_idle);
-    /// clients that all make the same settings (a tenant variable set in every
-    /// transaction) fit each other's servers once they have made them.
-    async fn fitted(&mut self, lease: Lease) -> Result<Lease, Option<PgError>> {
-        if lease.holds_ahead() || crate::gucs::fits(lease.gucs.as_ref(), self.gucs()) {
+        if let Some(lease) = self.pool.try_checkout_idle((&self.wanted, self.gucs())) {
             return Ok(lease);
         }
-        crate::conn_log::server_closing(
-            &lease.info.0,
-            "it holds a custom setting the client has not made",
-        );
-        Box::pin(lease.replace(self.scram_keys()))
-            .await
-            .map_err(Some)
+        let pool = self.pool.clone();
+        let keys = self.scram_keys();
+        Box::pin(self.wait_for_server(&pool, &keys)).await
     }
 
     /// Checks out the slow way: waiting in the queue, connecting, checking; boxed so that

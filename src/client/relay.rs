@@ -406,7 +406,7 @@ impl Session {
                         p.opaque = false;
                         self.exchange.set(PLAIN, false);
                     }
-                    if p.effects.flags != 0 || !p.effects.local_names.is_empty() {
+                    if p.effects.flags != 0 {
                         let e = std::mem::take(&mut p.effects);
                         self.add_effects(e);
                     }

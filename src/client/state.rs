@@ -82,31 +82,15 @@ impl Session {
             }
             _ => return 0,
         };
-        self.add_effects(e)
+        let flags = e.flags;
+        self.add_effects(e);
+        flags
     }
 
-    /// Records effects found in a message or in a prepared statement it runs; returns
-    /// their flags, with SETTING when a custom setting made locally is new to the client.
-    pub(super) fn add_effects(&mut self, mut e: effects::Effects) -> u8 {
-        if !e.local_names.is_empty() {
-            // Its placeholder outlives the transaction: read back once, the first time,
-            // it joins the client's settings (empty), so that only servers that have it
-            // too are lent to the client, and those that do not are given it. Once the
-            // client has it, a tenant variable set locally in every transaction costs
-            // nothing more.
-            let gucs = self.gucs();
-            let new: Vec<String> = e
-                .local_names
-                .drain(..)
-                .filter(|n| gucs.is_none_or(|g| g.get(n).is_none()))
-                .collect();
-            if !new.is_empty() {
-                e.flags |= effects::SETTING;
-                e.names.extend(new);
-            }
-        }
+    /// Records effects found in a message or in a prepared statement it runs.
+    pub(super) fn add_effects(&mut self, e: effects::Effects) {
         if e.flags == 0 {
-            return 0;
+            return;
         }
         self.touched |= e.flags;
         if !e.names.is_empty() {
@@ -117,7 +101,6 @@ impl Session {
                 }
             }
         }
-        e.flags
     }
 
     /// The settings the client has made, as last read back.

@@ -67,9 +67,7 @@ impl Gucs {
     }
 
     /// Records a value read back from the server; an unset one (role `none`, a custom
-    /// setting that was never made) is removed. A custom setting read back empty is kept
-    /// (empty): PostgreSQL keeps its placeholder for the rest of the session, which
-    /// SHOW finds where a session that never made it gets an error (see `fits`).
+    /// setting that is empty or was never made) is removed.
     pub fn put(&mut self, name: &str, value: Option<&str>) {
         // Names are case-insensitive to the server; pg_settings spells some in capitals.
         let lower;
@@ -81,8 +79,7 @@ impl Gucs {
         };
         self.0.retain(|(k, _)| k != name);
         let unset = match value {
-            None => true,
-            Some("") => !name.contains('.'),
+            None | Some("") => true,
             Some(v) => name == "role" && v == "none",
         };
         if !unset {
@@ -93,31 +90,6 @@ impl Gucs {
         self.0
             .sort_by(|(a, _), (b, _)| (a == "role", a).cmp(&(b == "role", b)));
     }
-
-    /// The settings as a RESET ALL or DISCARD ALL leaves them: only the custom ones,
-    /// empty, as their placeholders stay.
-    pub fn after_reset_all(g: Option<&Arc<Gucs>>) -> Option<Arc<Gucs>> {
-        let kept: Vec<(String, String)> =
-            g?.0.iter()
-                .filter(|(k, _)| k.contains('.'))
-                .map(|(k, _)| (k.clone(), String::new()))
-                .collect();
-        (!kept.is_empty()).then(|| Arc::new(Gucs(kept)))
-    }
-}
-
-/// Whether a server holding `have` can be put into a client's `want`: not when it has
-/// made a custom setting the client has not. PostgreSQL cannot remove a placeholder
-/// from a session, and the client would find it (empty, where its own session gives
-/// 42704 `unrecognized configuration parameter`, or NULL with missing_ok): what another
-/// client set would show.
-pub fn fits(have: Option<&Arc<Gucs>>, want: Option<&Arc<Gucs>>) -> bool {
-    let Some(have) = have else {
-        return true;
-    };
-    have.names()
-        .filter(|n| n.contains('.'))
-        .all(|n| want.is_some_and(|w| w.get(n).is_some()))
 }
 
 /// The settings in a startup packet's `options` (libpq's PGOPTIONS: `-c name=value`,
@@ -376,14 +348,7 @@ fn apply_parts<'a>(have: &'a Gucs, want: &'a Gucs) -> (String, Vec<(&'a str, &'a
     }
     for (name, value) in &want.0 {
         let same = have.get(name) == Some(value.as_str());
-        if same && !(name == "role" && role_first) {
-            continue;
-        }
-        if value.is_empty() {
-            // A custom setting the client made and has empty (reset, or set locally): a
-            // RESET makes its placeholder, as a defined one's default.
-            sql.push_str(&format!("RESET {};", quote_ident(name)));
-        } else {
+        if !same || (name == "role" && role_first) {
             pairs.push((name.as_str(), value.as_str()));
         }
     }
@@ -593,7 +558,7 @@ mod tests {
             vec!["a.b", "work_mem", "role"]
         );
         g.put("role", Some("none"));
-        g.put("a.b", None);
+        g.put("a.b", Some(""));
         g.put("search_path", None);
         assert_eq!(g.names().collect::<Vec<_>>(), vec!["work_mem"]);
     }
@@ -609,31 +574,6 @@ mod tests {
         );
         assert_eq!(apply(&want, &want), "");
         assert_eq!(apply(&want, &Gucs::default()), "RESET \"search_path\";");
-    }
-
-    #[test]
-    fn a_custom_setting_made_stays_made() {
-        let mut g = gucs(&[("my.x", "1")]);
-        g.put("my.x", Some(""));
-        g.put("search_path", Some(""));
-        assert_eq!(g.names().collect::<Vec<_>>(), vec!["my.x"]);
-        let empty = Arc::new(g);
-        assert_eq!(apply(&Gucs::default(), &empty), "RESET \"my\".\"x\";");
-        let other = Arc::new(gucs(&[("my.y", "2"), ("work_mem", "8MB")]));
-        assert!(!fits(Some(&other), Some(&empty)));
-        assert!(!fits(Some(&other), None));
-        assert!(fits(Some(&empty), Some(&empty)));
-        assert!(fits(None, Some(&empty)));
-        let both = Arc::new(gucs(&[("my.x", "3"), ("my.y", "")]));
-        assert!(fits(Some(&other), Some(&both)));
-        assert_eq!(
-            Gucs::after_reset_all(Some(&other)).as_deref(),
-            Some(&gucs(&[("my.y", "")]))
-        );
-        assert_eq!(
-            Gucs::after_reset_all(Some(&Arc::new(gucs(&[("work_mem", "1MB")])))),
-            None
-        );
     }
 
     #[test]

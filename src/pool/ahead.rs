@@ -128,9 +128,6 @@ impl Ahead {
         if params_synced && crate::gucs::same(conn.gucs.as_ref(), self.gucs.as_ref()) {
             return Some(None);
         }
-        if !crate::gucs::fits(conn.gucs.as_ref(), self.gucs.as_ref()) {
-            return None;
-        }
         if !self.plain
             || !crate::gucs::leaves_time(conn.gucs.as_ref())
             || !crate::gucs::leaves_time(self.gucs.as_ref())

@@ -297,17 +297,6 @@ fn pick_idle(
         .rev()
         .find(|&i| idle[i].home == here && in_state(&idle[i]))
         .or_else(|| recent.clone().rev().find(|&i| in_state(&idle[i])));
-    // One holding a custom setting the client has not made would have to be replaced
-    // (client::checkout): passed over while another will do.
-    let fits = |c: &Conn| {
-        state.is_none_or(|(_, gucs)| c.gucs.is_none() || crate::gucs::fits(c.gucs.as_ref(), gucs))
-    };
-    fit.or_else(|| {
-        recent
-            .clone()
-            .rev()
-            .find(|&i| idle[i].home == here && fits(&idle[i]))
-    })
-    .or_else(|| (0..n).rev().find(|&i| fits(&idle[i])))
-    .or(Some(n - 1))
+    fit.or_else(|| recent.rev().find(|&i| idle[i].home == here))
+        .or(Some(n - 1))
 }

@@ -96,27 +96,6 @@ impl Lease {
     }
 
     /// Closes the server politely and frees its slot.
-    /// Closes the server and logs a new one in, in its slot, for the same client.
-    pub async fn replace(
-        mut self,
-        scram: Option<crate::server::ScramCredential>,
-    ) -> Result<Lease, crate::protocol::PgError> {
-        let pool = self.pool.clone();
-        let Some(conn) = self.conn.take() else {
-            return Err(super::lost_request());
-        };
-        pool.lock().connecting += 1;
-        let settings = pool.settings();
-        if settings.limits.is_empty() {
-            tokio::spawn(conn.terminate());
-        } else {
-            // The slot's shared unit passes to the new server: the old backend must be
-            // gone first, as a role's connection limit would count both.
-            conn.terminate_and_wait().await;
-        }
-        pool.connect(&settings, scram).await.map_err(|(e, _)| e)
-    }
-
     pub async fn close(mut self) {
         if let Some(conn) = self.conn.take() {
             self.pool.forget();

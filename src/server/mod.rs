@@ -198,7 +198,7 @@ impl ServerConn {
             self.statements.clear();
         }
         if lower.contains("discard all") || lower.contains("reset all") {
-            self.gucs = crate::gucs::Gucs::after_reset_all(self.gucs.as_ref());
+            self.gucs = None;
         }
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         messages::query(&mut out, sql);

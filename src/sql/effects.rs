@@ -31,12 +31,6 @@ pub struct Effects {
     /// Bind parameters (1-based) that name a setting (`set_config($1, ...)`): their values
     /// at each Bind join `names`.
     pub params: Vec<u16>,
-    /// Custom settings (`myapp.x`) a SET LOCAL or a local set_config() names. Their
-    /// values do not outlive the transaction, but the setting itself does: PostgreSQL keeps
-    /// a placeholder for the rest of the session, which SHOW and current_setting() then
-    /// find (empty) where a session that never set it gets 42704 or NULL. No flag: the
-    /// session reads back only a name its client does not have yet (client::state).
-    pub local_names: Vec<String>,
 }
 
 impl Effects {
@@ -57,15 +51,6 @@ impl Effects {
             if !self.names.contains(n) {
                 self.names.push(n.clone());
             }
-        }
-        for n in &other.local_names {
-            self.local(n);
-        }
-    }
-
-    fn local(&mut self, name: &str) {
-        if name.contains('.') && !self.local_names.iter().any(|n| n == name) {
-            self.local_names.push(name.to_owned());
         }
     }
 
@@ -145,7 +130,7 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
     calls(t, e);
     match first {
         Some("set") => match (second, third) {
-            (Some("transaction" | "constraints"), _) => return,
+            (Some("local" | "transaction" | "constraints"), _) => return,
             (Some("role"), _) | (Some("session"), Some("role")) => return e.name("role"),
             // SET SCHEMA 'x' is SET search_path TO 'x'.
             (Some("schema"), _) | (Some("session"), Some("schema")) => {
@@ -183,12 +168,6 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
     }
     match statement(sql, t) {
         Some(Stmt::Set { name, local, .. }) if !local => e.name(&name.to_ascii_lowercase()),
-        Some(Stmt::Set { name, .. }) => e.local(&name.to_ascii_lowercase()),
-        // RESET of a custom setting the session never had makes its placeholder.
-        Some(Stmt::Reset { name }) if name.contains('.') => {
-            e.flags |= EXACT;
-            e.name(&name.to_ascii_lowercase());
-        }
         Some(Stmt::Reset { name }) if crate::params::tracked_name(&name).is_some() => {
             e.flags |= EXACT | DEFAULTS
         }
@@ -198,7 +177,7 @@ fn one(sql: &str, t: &[Spanned], e: &mut Effects) {
         Some(Stmt::Listen { .. } | Stmt::Pin(_)) => e.flags |= PIN,
         Some(Stmt::Unlisten { .. }) => e.flags |= UNPIN,
         // set_config() was seen by `calls`.
-        Some(Stmt::SetConfig { .. }) | None => {}
+        Some(Stmt::Set { .. } | Stmt::SetConfig { .. }) | None => {}
     }
 }
 
@@ -282,11 +261,6 @@ fn set_config_call(t: &[Spanned], e: &mut Effects) {
         return;
     }
     if is_true(bare(args[2])) {
-        if let [one] = bare(args[0]) {
-            if let Tok::Str(n) = &one.tok {
-                e.local(&n.to_ascii_lowercase());
-            }
-        }
         return;
     }
     match bare(args[0]) {
@@ -372,10 +346,8 @@ fn body_names(body: &str, e: &mut Effects, depth: u8) {
     calls(&toks, &mut inner);
     for (i, tok) in toks.iter().enumerate() {
         match (&tok.tok, word(toks.get(i + 1))) {
-            // SET LOCAL too: a custom setting's placeholder outlives the block.
-            (Tok::Word(w), next) if w == "set" || w == "reset" => {
-                let at = if next == Some("local") { i + 2 } else { i + 1 };
-                if let Some((n, _)) = super::name(toks.get(at..).unwrap_or_default()) {
+            (Tok::Word(w), next) if (w == "set" || w == "reset") && next != Some("local") => {
+                if let Some((n, _)) = super::name(&toks[i + 1..]) {
                     inner.name(&n.to_ascii_lowercase());
                 }
             }
@@ -383,12 +355,7 @@ fn body_names(body: &str, e: &mut Effects, depth: u8) {
             _ => {}
         }
     }
-    for n in inner
-        .names
-        .iter()
-        .chain(&inner.local_names)
-        .filter(|n| n.contains('.'))
-    {
+    for n in inner.names.iter().filter(|n| n.contains('.')) {
         e.name(n);
     }
 }
@@ -536,24 +503,6 @@ mod tests {
     }
 
     #[test]
-    fn custom_settings_set_locally_are_named_apart() {
-        let local = |sql: &str| effects(sql.as_bytes(), true).local_names;
-        assert_eq!(local("SET LOCAL MyApp.Tenant = 5"), vec!["myapp.tenant"]);
-        assert_eq!(
-            local("select set_config('myapp.t', $1, true), set_config('a.b', 'x', 'on')"),
-            vec!["myapp.t", "a.b"]
-        );
-        assert!(local("SET LOCAL work_mem = '1MB'").is_empty());
-        assert_eq!(flags("SET LOCAL myapp.tenant = 5"), 0);
-        assert_eq!(flags("RESET myapp.x"), SETTING | EXACT);
-        assert_eq!(names("RESET myapp.x"), vec!["myapp.x"]);
-        assert_eq!(
-            names("DO $$BEGIN SET LOCAL myapp.d = 4; END$$"),
-            vec!["myapp.d"]
-        );
-    }
-
-    #[test]
     fn transaction_scoped_changes_are_not_kept() {
         assert_eq!(flags("SET LOCAL search_path = a"), 0);
         assert_eq!(flags("select set_config('myapp.x', '1', true)"), 0);
@@ -649,8 +598,7 @@ mod tests {
         assert_eq!(e.flags, EXACT | PIN | UNPIN | DEFAULTS | SETTING);
         let mut names = e.names;
         names.sort();
-        // SET LOCAL too: its placeholder outlives the block.
-        assert_eq!(names, vec!["myapp.a", "myapp.b", "myapp.c", "myapp.d"]);
+        assert_eq!(names, vec!["myapp.a", "myapp.b", "myapp.c"]);
     }
 
     #[test]
