@@ -1087,3 +1087,130 @@ fn reused_names_match_a_direct_connection_and_its_log() {
     assert_eq!(reused(&direct_errors), 7, "{log}");
     assert_eq!(reused(&weir_errors), 2 * clients, "{log}");
 }
+
+/// DEALLOCATE ALL or DISCARD ALL by a client that never named a statement (or sent in
+/// a way Weir does not rewrite): another client's statement on that server still runs.
+#[test]
+fn deallocate_all_variants_keep_other_clients_statements() {
+    let pg = PgServer::start();
+    let weir = common::session::pooled(&pg, 1);
+    let mut b = common::session::named_client(&weir, "b");
+    let extended = |sql: &str| [parse("", sql), bind("", "", &[]), execute("", 0), sync()].concat();
+    let mut fails = Vec::new();
+    for (i, steps) in [
+        vec![query("deallocate all")],
+        vec![extended("DEALLOCATE ALL")],
+        vec![extended("DISCARD ALL")],
+        vec![query("select 1; deallocate all")],
+        vec![
+            query("begin"),
+            extended("DEALLOCATE ALL"),
+            query("rollback"),
+        ],
+        vec![
+            query("begin"),
+            query("select 1/0"),
+            extended("DEALLOCATE ALL"),
+            query("rollback"),
+        ],
+        vec![query("begin; deallocate all; rollback")],
+        vec![query("select 1"), extended("DISCARD ALL")],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("sb{i}");
+        b.send(&[parse(&name, &format!("select 'b{i}'")), sync()].concat());
+        assert_eq!(replies(&mut b), ["1", "Z"]);
+        b.send(&run_prepared(&name));
+        let r = replies(&mut b);
+        assert!(
+            r.contains(&format!("D [Some(\"b{i}\")]")),
+            "step {i} before: {r:?}"
+        );
+        // A fresh client that never prepared anything.
+        let mut a = common::session::named_client(&weir, "a");
+        for s in steps {
+            a.send(&s);
+            let _ = a.read_until_ready();
+        }
+        b.send(&run_prepared(&name));
+        let r = replies(&mut b);
+        if !r.contains(&format!("D [Some(\"b{i}\")]")) {
+            fails.push(format!("step {i}: {r:?}"));
+        }
+    }
+    assert!(fails.is_empty(), "{fails:#?}");
+}
+
+/// A client's own protocol-level statement, after its DEALLOCATE ALL in a failed block:
+/// still there, as directly.
+#[test]
+fn own_statement_after_deallocate_all_in_failed_block() {
+    let pg = PgServer::start();
+    let weir = common::session::pooled(&pg, 1);
+    let extended = |sql: &str| [parse("", sql), bind("", "", &[]), execute("", 0), sync()].concat();
+    let mut outs = Vec::new();
+    for port in [weir.port(), pg.port()] {
+        let mut a = RawConn::startup(port, "postgres", "postgres", &[]).unwrap();
+        a.send(&[parse("sa", "select 'a'"), sync()].concat());
+        let _ = replies(&mut a);
+        a.send(&query("begin"));
+        let _ = replies(&mut a);
+        a.send(&query("select 1/0"));
+        let _ = replies(&mut a);
+        a.send(&extended("DEALLOCATE ALL"));
+        let x = replies(&mut a);
+        a.send(&query("rollback"));
+        let _ = replies(&mut a);
+        a.send(&run_prepared("sa"));
+        let y = replies(&mut a);
+        a.send(&extended("DEALLOCATE ALL"));
+        let z = replies(&mut a);
+        a.send(&run_prepared("sa"));
+        let w = replies(&mut a);
+        outs.push((x, y, z, w));
+    }
+    assert_eq!(outs[0], outs[1]);
+}
+
+/// DEALLOCATE ALL that runs, followed in the same query by a statement that fails:
+/// PostgreSQL's statements are not transactional, so they are gone; Weir's Reset is
+/// undone by the error.
+#[test]
+fn deallocate_all_then_error_in_one_query() {
+    let pg = PgServer::start();
+    let weir = common::session::pooled(&pg, 1);
+    let mut b = common::session::named_client(&weir, "b");
+    let mut fails = Vec::new();
+    // (DISCARD ALL cannot run in a query of several statements.)
+    for (i, sql) in [
+        "deallocate all; select 1/0",
+        "select 1; deallocate all; select 1/0",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("sb{i}");
+        b.send(&[parse(&name, &format!("select 'b{i}'")), sync()].concat());
+        assert_eq!(replies(&mut b), ["1", "Z"]);
+        let mut a = common::session::named_client(&weir, "a");
+        // A tracks statements (it used the extended protocol once).
+        a.send(&[parse("sa", "select 'a'"), sync()].concat());
+        let _ = replies(&mut a);
+        a.send(&query(sql));
+        let ra = replies(&mut a);
+        b.send(&run_prepared(&name));
+        let r = replies(&mut b);
+        if !r.contains(&format!("D [Some(\"b{i}\")]")) {
+            fails.push(format!("{sql}: A got {ra:?}; B then {r:?}"));
+        }
+        a.send(&run_prepared("sa"));
+        let r = replies(&mut a);
+        // Direct: 26000 (A's sa was dropped too).
+        if r.first().map(String::as_str) != Some("E 26000") {
+            fails.push(format!("{sql}: A's own sa after: {r:?}"));
+        }
+    }
+    assert!(fails.is_empty(), "{fails:#?}");
+}

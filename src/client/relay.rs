@@ -463,6 +463,9 @@ impl Session {
 
     pub(super) fn scan_server(&mut self, server: &mut ServerConn) -> Result<(), Event> {
         let tracking = super::prepare::statements(&mut self.extras).is_some();
+        // A client that never named a statement can still drop those of others the
+        // server holds (`select 1; deallocate all`): their CommandComplete is looked at.
+        let watch_drops = !tracking && server.statements.len() > 0;
         loop {
             if self.owed() {
                 match self.swallow_internal(server) {
@@ -485,6 +488,7 @@ impl Session {
                     || t == b'S'
                     || t == b'E'
                     || (tracking && (t == b'T' || t == b't' || t == b'C'))
+                    || (watch_drops && t == b'C')
             }) {
                 Ok(Some(f)) => f,
                 Ok(None) => {
@@ -500,6 +504,12 @@ impl Session {
                     Tracked::Pass => {}
                     Tracked::Removed => continue,
                     Tracked::Wait => return Ok(()),
+                }
+            }
+            if watch_drops && frame.tag == b'C' {
+                let body = frame.body.clone().and_then(|b| self.outbuf.get(b));
+                if body.is_some_and(crate::prepared::answers::drops_all) {
+                    server.statements = Default::default();
                 }
             }
             if frame.tag == b'E' && self.stray_cancel(&frame) {

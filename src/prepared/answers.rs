@@ -25,6 +25,12 @@ pub enum ServerEdit {
     Retried,
 }
 
+/// The CommandComplete of a DEALLOCATE ALL or a DISCARD ALL (`body`): every prepared
+/// statement of the session is gone.
+pub fn drops_all(body: &[u8]) -> bool {
+    body.starts_with(b"DEALLOCATE ALL\0") || body.starts_with(b"DISCARD ALL\0")
+}
+
 /// Matches one server message against the replies owed; `body` is there for errors.
 /// `retry_safe`: the server was idle when the batch in progress began, and nothing the
 /// client sent after it has gone to the server (see `retry`).
@@ -39,19 +45,25 @@ pub fn server_message(
     let Some(front) = p.replies.front() else {
         return ServerEdit::Keep;
     };
-    if tag == b'C'
-        && !matches!(front, Reply::Reset { .. })
-        && body
-            .is_some_and(|b| b.starts_with(b"DEALLOCATE ALL\0") || b.starts_with(b"DISCARD ALL\0"))
-    {
-        // One Weir did not rewrite (sent with the extended protocol, or after another
-        // statement in a query) has dropped every statement on the server, Weir's
-        // included, and the client's: Weir prepares its own again where they are used.
-        *server = ServerStatements::default();
-        p.names = Default::default();
-        p.described.clear();
-        p.described_as.clear();
+    if tag == b'C' && body.is_some_and(drops_all) {
+        if let Reply::Reset { .. } = front {
+            // Done: PostgreSQL's statements are no part of its transactions, so an error
+            // later in the same query must not put back what it dropped.
+            p.pop();
+            p.push_front(Reply::Sent(b'Q'));
+        } else {
+            // One Weir did not rewrite (sent with the extended protocol, or after another
+            // statement in a query) has dropped every statement on the server, Weir's
+            // included, and the client's: Weir prepares its own again where they are used.
+            *server = ServerStatements::default();
+            p.names = Default::default();
+            p.described.clear();
+            p.described_as.clear();
+        }
     }
+    let Some(front) = p.replies.front() else {
+        return ServerEdit::Keep;
+    };
     if let Reply::Tidy = front {
         if tag == b'Z' {
             p.pop();
