@@ -5,7 +5,7 @@
 //! Likewise the read-back after a request of SETs (client::state) is written behind it,
 //! and its rows taken from what the server sends after the request's answer.
 
-use super::relay::{MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
+use super::relay::{Event, MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
 use super::{prepare, Session, INTERNAL_QUERY_TIMEOUT, OWED};
 use crate::pool::{Lease, PoolMode};
 use crate::protocol::framer::Frame;
@@ -192,17 +192,14 @@ impl Session {
     }
 
     /// Removes the next message of the answer to Weir's query from what the server sent.
-    /// Ok(false) when it has not all come yet; Err(Some(error)) when the query failed
-    /// (the client's request behind it was refused), Err(None) when the server sent
+    /// Ok(false) when it has not all come yet; Err with what ends the relay when the
+    /// query failed (the client's request behind it was refused) or the server sent
     /// something that is no message.
-    pub(super) fn swallow_internal(
-        &mut self,
-        server: &mut ServerConn,
-    ) -> Result<bool, Option<PgError>> {
+    pub(super) fn swallow_internal(&mut self, server: &mut ServerConn) -> Result<bool, Event> {
         let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |_| true) {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(false),
-            Err(_) => return Err(None),
+            Err(_) => return Err(Event::ServerGone),
         };
         let body = frame.body.clone().unwrap_or_default();
         let body = self.outbuf.get(body).unwrap_or_default();
@@ -240,31 +237,65 @@ impl Session {
             self.remove_server_message(&frame);
             return Ok(true);
         }
-        let outcome = match frame.tag {
-            // BEGIN's answer: the rest's is still to come.
-            b'Z' if body.first() == Some(&b'T') => Ok(()),
-            b'Z' => {
-                self.ties &= !OWED;
-                // Without an error before it, the block was committed.
-                match body.first() {
-                    Some(b'I') => Ok(()),
-                    _ => Err(PgError::fatal(
-                        "08P01",
-                        "session state query left a transaction open",
-                    )),
-                }
+        let status = body.first().copied();
+        let cut = self.extras.as_mut().and_then(|x| x.state_cut.take());
+        let mut keep = None;
+        let outcome = match (frame.tag, cut) {
+            (b'E', None) if crate::protocol::error_code(body) == Some(b"57014".as_slice()) => {
+                keep = Some(StateCut::Cancelled(PgError::parse(body)));
+                Ok(())
             }
-            b'E' => {
+            (b'E', _) => {
                 let mut e = PgError::parse(body);
                 e.severity = "FATAL".into();
-                Err(e)
+                Err(Event::StateFailed(e))
+            }
+            // BEGIN's answer: the rest's is still to come.
+            (b'Z', None) if status == Some(b'T') => Ok(()),
+            // The block is aborted: PostgreSQL refuses the client's request behind (it
+            // does not begin by ending a block, see may_go_on_the_way), and everything
+            // after it.
+            (b'Z', Some(StateCut::Cancelled(e))) if status == Some(b'E') => {
+                Err(Event::StateCancelled(e))
+            }
+            // BEGIN itself was cancelled: the rest runs outside a block, as the
+            // transaction of its own Query, and its answers are still owed.
+            (b'Z', Some(StateCut::Cancelled(_))) => {
+                keep = Some(StateCut::BeginRefused);
+                Ok(())
+            }
+            (b'Z', _) => {
+                self.ties &= !OWED;
+                // Without an error before it, the block was committed.
+                match status {
+                    Some(b'I') => Ok(()),
+                    _ => Err(Event::StateFailed(PgError::fatal(
+                        "08P01",
+                        "session state query left a transaction open",
+                    ))),
+                }
             }
             // The values asked for, which the server was taken to hold when the query was
             // written. Not applied now: a request that boarded behind the client's since
             // has had its own taken in the same way, which these would overwrite.
-            _ => Ok(()),
+            (_, cut) => {
+                keep = cut;
+                Ok(())
+            }
         };
+        if keep.is_some() {
+            self.extras.get_or_insert_with(Box::default).state_cut = keep;
+        }
         self.remove_server_message(&frame);
-        outcome.map(|()| true).map_err(Some)
+        outcome.map(|()| true)
     }
+}
+
+/// A cancel (57014) that hit Weir's state query written in front of the client's request,
+/// until that query's ReadyForQuery says what it did.
+pub(super) enum StateCut {
+    /// Its error, to be given to the client once the block it aborted is seen.
+    Cancelled(PgError),
+    /// It hit BEGIN: the block never opened, and the rest of the query runs on its own.
+    BeginRefused,
 }
