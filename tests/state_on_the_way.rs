@@ -852,3 +852,75 @@ fn a_cancel_that_hits_the_state_query_is_an_error_and_the_client_stays() {
     );
     eprintln!("{} ran, {} cancelled", ran.len(), refused.len());
 }
+
+/// Requests Weir cannot know the result of (set_config(), RESET ALL, DO, a failing
+/// set_config()) sent as one whole implicit transaction on an idle server: their
+/// read-back goes behind them in the same write, one round trip in all, and what it
+/// read follows the client to its next server (another client used the server between).
+/// A block in one Query still has its read-back apart. About 1 s.
+#[test]
+fn a_read_back_goes_behind_a_whole_implicit_transaction() {
+    let (_pg, log, weir) = proxied();
+    let mut a = named_client(&weir, "app_a");
+    let mut b = client(&weir);
+    let seen = "select coalesce(current_setting('myapp.x', true), '') || '/' || \
+                coalesce(current_setting('myapp.y', true), '') || '/' || \
+                current_setting('application_name') || '/' || current_setting('work_mem')";
+    assert_eq!(b.query_one(seen), "//app/4MB");
+    a.simple_query("SET application_name = 'changed'")
+        .expect("set");
+    // (request, whether it fails, bursts it takes, what `a` sees after it)
+    let steps = [
+        (
+            "SELECT set_config('myapp.x', 'one', false)",
+            false,
+            1,
+            "one//changed/4MB",
+        ),
+        (
+            "DO $$ BEGIN PERFORM set_config('myapp.y', 'two', false); \
+             PERFORM set_config('work_mem', '7MB', false); END $$",
+            false,
+            1,
+            "one/two/changed/7MB",
+        ),
+        (
+            "select set_config('myapp.x', 'lost', false), 1 / 0",
+            true,
+            1,
+            "one/two/changed/7MB",
+        ),
+        ("RESET ALL", false, 1, "//app_a/4MB"),
+        (
+            "BEGIN; SELECT set_config('myapp.x', 'three', false); COMMIT",
+            false,
+            2,
+            "three//app_a/4MB",
+        ),
+    ];
+    for (request, fails, bursts, want) in steps {
+        // The server holds a's state already: nothing goes in front of the request.
+        a.query_one("select 1");
+        log.lock().unwrap().clear();
+        let r = a.simple_query(request);
+        assert_eq!(r.is_err(), fails, "{request}: {r:?}");
+        // A read-back apart runs after the client has its answer, before its next
+        // request is sent.
+        a.query_one("select 2");
+        let mut sent: Vec<String> = bursts_to_pg(&log.lock().unwrap())
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        assert!(
+            sent.pop().is_some_and(|s| s.contains("select 2")),
+            "{request}: {sent:?}"
+        );
+        assert_eq!(sent.len(), bursts, "{request}: round trips {sent:?}");
+        assert!(
+            sent[0].contains(request) && sent.last().is_some_and(|s| s.contains("current_setting")),
+            "{request}: request and read-back: {sent:?}"
+        );
+        assert_eq!(b.query_one(seen), "//app/4MB", "after {request}");
+        assert_eq!(a.query_one(seen), want, "after {request}");
+    }
+}

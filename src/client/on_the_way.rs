@@ -11,7 +11,6 @@ use crate::pool::{Lease, PoolMode};
 use crate::protocol::framer::Frame;
 use crate::protocol::{messages, PgError};
 use crate::server::ServerConn;
-use crate::sql::effects::{DEFAULTS, EXACT, PIN, UNPIN};
 
 /// What a read-back written behind a request has answered so far.
 #[derive(Default)]
@@ -138,19 +137,19 @@ impl Session {
         }
     }
 
-    /// After the client's request `frame` (a Query just framed): when it is only SETs
-    /// and RESETs of settings (sql::effects::only_settings) with nothing before it
-    /// outstanding, writes the read-back it calls for behind it, in the same write, so
-    /// that the session needs no round trip of its own to be read. The request can
-    /// neither open nor end a block, so the read-back runs in a transaction of its own,
-    /// after it, whatever it did. Not for what asks for more than settings by name (a
-    /// RESET ALL, a pin: the read-back then also acts on the client's session).
+    /// After the client's request `frame` (a Query just framed): when it is a whole
+    /// implicit transaction on an idle server (nothing before it outstanding, and no
+    /// statement in it that controls transactions or copies, sql::effects::stays_idle),
+    /// writes the read-back it calls for behind it, in the same write, so that the
+    /// session needs no round trip of its own to be read: after SETs, RESET ALL,
+    /// set_config(), DO. The read-back runs in a transaction of its own, after the
+    /// request, whatever it did; a read-back that fails there (cut by the client's new
+    /// statement_timeout, say) is run apart instead.
     pub(super) fn read_back_on_the_way(&mut self, frame: &Frame) -> bool {
         let x = &self.exchange;
         if x.has(TRAILING)
             || self.owed()
             || self.touched == 0
-            || self.touched & (EXACT | DEFAULTS | PIN | UNPIN) != 0
             || x.pending != 1
             || x.has(UNSYNCED)
             || x.status != b'I'
@@ -170,7 +169,7 @@ impl Session {
         else {
             return false;
         };
-        if !crate::sql::effects::only_settings(text) {
+        if !crate::sql::effects::stays_idle(text) {
             return false;
         }
         let Some(sql) = self.read_back_sql() else {
