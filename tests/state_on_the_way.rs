@@ -753,3 +753,174 @@ fn a_set_is_read_back_in_the_same_write() {
     assert_eq!(a.query_one("show statement_timeout"), "1ms");
     assert_eq!(a.query_one("show search_path"), "s_a, public");
 }
+
+/// A client with state of its own cancels each request as soon as it is sent: the cancel
+/// often reaches PostgreSQL while it still runs Weir's state query written in front of
+/// the request (made slow to parse by a large custom setting). Whatever the cancel hits,
+/// the client gets what a direct connection gives, the request's answer or ERROR 57014,
+/// and keeps its connection; PostgreSQL holds each answered insert once and no cancelled
+/// one; the client's state is whole on the server it gets next. Simple, extended and
+/// BEGIN-led requests, and extended ones whose Sync comes after the cancel. About 4 s.
+#[test]
+fn a_cancel_that_hits_the_state_query_is_an_error_and_the_client_stays() {
+    const ROUNDS: i32 = 24;
+    let pg = PgServer::start();
+    pg.exec("create table cancelled (id int, path text)");
+    let weir = pooled(&pg, 1);
+    let mut other = client(&weir);
+    let set_state = |c: &mut RawConn| {
+        c.simple_query("SET search_path TO s_cancel, public")
+            .expect("set");
+        c.simple_query("SELECT set_config('myapp.pad', repeat('x', 1 << 20), false)")
+            .expect("set_config");
+    };
+    let mut a = client(&weir);
+    set_state(&mut a);
+    let (mut ran, mut refused, mut fatal) = (Vec::new(), Vec::new(), Vec::new());
+    for id in 0..ROUNDS {
+        // The server holds `other`'s state when `a` asks: `a`'s goes on the way.
+        assert_eq!(other.query_one("show search_path"), DEFAULT_PATH);
+        let insert = format!("insert into cancelled values ({id}, current_setting('search_path'))");
+        let extended = [parse("", &insert), bind("", "", &[]), execute("", 0)].concat();
+        let request = match id % 4 {
+            0 => query(&insert),
+            1 => [extended, sync()].concat(),
+            2 => query(&format!("begin; {insert}; commit")),
+            // Its Sync comes after the cancel.
+            _ => extended,
+        };
+        let (pid, key) = a.key.expect("backend key");
+        a.send(&request);
+        let mut cancel = RawConn::connect(weir.port());
+        cancel.send(&cancel_request(pid, key));
+        if id % 4 == 3 {
+            a.send(&sync());
+        }
+        let mut errors = Vec::new();
+        let mut closed = false;
+        loop {
+            match a.read_message() {
+                Ok(Some(m)) if m.tag == b'E' => errors.push(parse_error(&m.body)),
+                Ok(Some(m)) if m.tag == b'Z' => break,
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    closed = true;
+                    break;
+                }
+                Err(e) => panic!("round {id}: no answer: {e}"),
+            }
+        }
+        match (closed, errors.as_slice()) {
+            (false, []) => ran.push(id),
+            (false, [e]) if e.code == "57014" && e.severity == "ERROR" => refused.push(id),
+            _ => {
+                fatal.push((id, errors));
+                a = client(&weir);
+                set_state(&mut a);
+            }
+        }
+        // Let the cancel connection end before the next round: a cancel still on its
+        // way would hit the next request.
+        assert!(
+            cancel.closes(),
+            "round {id}: the cancel connection stayed open"
+        );
+    }
+    assert!(
+        fatal.is_empty(),
+        "{} of {ROUNDS} rounds ended the client or failed otherwise ({} ran, {} \
+         cancelled): {fatal:?}",
+        fatal.len(),
+        ran.len(),
+        refused.len()
+    );
+    let stored = pg.psql("select string_agg(id || '=' || path, ';' order by id) from cancelled");
+    let want: Vec<String> = ran
+        .iter()
+        .map(|id| format!("{id}=s_cancel, public"))
+        .collect();
+    assert_eq!(
+        stored,
+        want.join(";"),
+        "PostgreSQL holds exactly the answered inserts, once each, in the client's state"
+    );
+    assert_eq!(
+        a.query_one(
+            "select current_setting('search_path') || length(current_setting('myapp.pad'))"
+        ),
+        format!("s_cancel, public{}", 1 << 20)
+    );
+    eprintln!("{} ran, {} cancelled", ran.len(), refused.len());
+}
+
+/// Requests Weir cannot know the result of (set_config(), RESET ALL, DO, a failing
+/// set_config()) sent as one whole implicit transaction on an idle server: their
+/// read-back goes behind them in the same write, one round trip in all, and what it
+/// read follows the client to its next server (another client used the server between).
+/// A block in one Query still has its read-back apart. About 1 s.
+#[test]
+fn a_read_back_goes_behind_a_whole_implicit_transaction() {
+    let (_pg, log, weir) = proxied();
+    let mut a = named_client(&weir, "app_a");
+    let mut b = client(&weir);
+    let seen = "select coalesce(current_setting('myapp.x', true), '') || '/' || \
+                coalesce(current_setting('myapp.y', true), '') || '/' || \
+                current_setting('application_name') || '/' || current_setting('work_mem')";
+    assert_eq!(b.query_one(seen), "//app/4MB");
+    a.simple_query("SET application_name = 'changed'")
+        .expect("set");
+    // (request, whether it fails, bursts it takes, what `a` sees after it)
+    let steps = [
+        (
+            "SELECT set_config('myapp.x', 'one', false)",
+            false,
+            1,
+            "one//changed/4MB",
+        ),
+        (
+            "DO $$ BEGIN PERFORM set_config('myapp.y', 'two', false); \
+             PERFORM set_config('work_mem', '7MB', false); END $$",
+            false,
+            1,
+            "one/two/changed/7MB",
+        ),
+        (
+            "select set_config('myapp.x', 'lost', false), 1 / 0",
+            true,
+            1,
+            "one/two/changed/7MB",
+        ),
+        ("RESET ALL", false, 1, "//app_a/4MB"),
+        (
+            "BEGIN; SELECT set_config('myapp.x', 'three', false); COMMIT",
+            false,
+            2,
+            "three//app_a/4MB",
+        ),
+    ];
+    for (request, fails, bursts, want) in steps {
+        // The server holds a's state already: nothing goes in front of the request.
+        a.query_one("select 1");
+        log.lock().unwrap().clear();
+        let r = a.simple_query(request);
+        assert_eq!(r.is_err(), fails, "{request}: {r:?}");
+        // A read-back apart runs after the client has its answer, before its next
+        // request is sent.
+        a.query_one("select 2");
+        let mut sent: Vec<String> = bursts_to_pg(&log.lock().unwrap())
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        assert!(
+            sent.pop().is_some_and(|s| s.contains("select 2")),
+            "{request}: {sent:?}"
+        );
+        assert_eq!(sent.len(), bursts, "{request}: round trips {sent:?}");
+        assert!(
+            sent[0].contains(request) && sent.last().is_some_and(|s| s.contains("current_setting")),
+            "{request}: request and read-back: {sent:?}"
+        );
+        assert_eq!(b.query_one(seen), "//app/4MB", "after {request}");
+        assert_eq!(a.query_one(seen), want, "after {request}");
+    }
+}

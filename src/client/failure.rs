@@ -18,8 +18,41 @@ impl Session {
     /// idle in its transaction gets the error at its next request, and the client stays,
     /// to run its next transaction on another server. Some(reason) if the client is gone.
     pub(super) async fn survive_lost_server(&mut self) -> Option<String> {
+        let pending = self.drop_unanswered();
+        if !self.flush_client().await {
+            return Some("client unexpected eof".into());
+        }
+        if pending == 0 {
+            self.set_tie(LOST, true);
+            return None;
+        }
+        let e = lost_request();
+        crate::conn_log::pooler_error(&self.client.0, &e.message);
+        self.answer_pending(&e, pending).await
+    }
+
+    /// The client's request was refused unrun on a server now closed (a cancel hit the
+    /// state query in front of it, see on_the_way): it is answered with `error`, as a
+    /// direct connection answers a cancelled request, and the client stays. Extended-
+    /// protocol messages whose Sync is still to come are answered when it comes, the
+    /// rest up to it dropped, as PostgreSQL skips to Sync after an error.
+    pub(super) async fn answer_unrun(&mut self, error: PgError) -> Option<String> {
+        let unsynced = self.exchange.has(super::relay::UNSYNCED);
+        let pending = self.drop_unanswered();
+        if !self.flush_client().await {
+            return Some("client unexpected eof".into());
+        }
+        if unsynced {
+            return self.fail_request(&error).await.err();
+        }
+        self.answer_pending(&error, pending).await
+    }
+
+    /// Forgets what was framed for a server that is gone, and the requests it owed an
+    /// answer; returns how many those were.
+    fn drop_unanswered(&mut self) -> u32 {
         // Client messages framed (and counted as owed an answer) but not sent are
-        // answered below with the others.
+        // answered with the others.
         let framed = self.cframe.scanned();
         let _ = self.inbuf.split_to(framed);
         // The replies the relay expected from the lost server (ParseComplete, a Describe
@@ -31,23 +64,17 @@ impl Session {
         self.exchange = Exchange::fresh();
         self.query_started = None;
         self.xact_started = None;
-        // What the server sent whole goes on (a message it cut short does not).
-        if !self.flush_client().await {
+        pending
+    }
+
+    /// One error for the `pending` requests, and a ReadyForQuery for each.
+    async fn answer_pending(&mut self, error: &PgError, pending: u32) -> Option<String> {
+        let mut out = crate::stats::error_response(error);
+        for _ in 0..pending {
+            messages::ready_for_query(&mut out, b'I');
+        }
+        if self.stream.write_all(&out).await.is_err() {
             return Some("client unexpected eof".into());
-        }
-        if pending > 0 {
-            let e = lost_request();
-            crate::conn_log::pooler_error(&self.client.0, &e.message);
-            let mut out = crate::stats::error_response(&e);
-            for _ in 0..pending {
-                messages::ready_for_query(&mut out, b'I');
-            }
-            if self.stream.write_all(&out).await.is_err() {
-                return Some("client unexpected eof".into());
-            }
-        }
-        if pending == 0 {
-            self.set_tie(LOST, true);
         }
         None
     }
@@ -76,6 +103,7 @@ impl Session {
         self.exchange.set(super::relay::TRAILING, false);
         if let Some(x) = self.extras.as_mut() {
             x.read_back = None;
+            x.state_cut = None;
         }
         if let Some(p) = prepare::statements(&mut self.extras) {
             p.clear_replies();

@@ -214,6 +214,8 @@ struct Extras {
     /// The rows of a read-back written behind the client's request (on_the_way), as
     /// they come.
     read_back: Option<Box<on_the_way::ReadBackRows>>,
+    /// A cancel hit Weir's state query in front of the client's request (on_the_way).
+    state_cut: Option<on_the_way::StateCut>,
     /// A request sent before the client had its server, kept for the length of its
     /// transaction should another's cancel hit it (see stray_cancel).
     replay: Option<Box<stray_cancel::Replay>>,
@@ -230,6 +232,7 @@ impl Extras {
             && self.handoff.is_none()
             && self.replay.is_none()
             && self.read_back.is_none()
+            && self.state_cut.is_none()
     }
 }
 
@@ -575,6 +578,15 @@ impl Session {
             // Weir's query that put the server into the client's state failed: the
             // request written behind it was refused, as before it ran apart.
             Event::StateFailed(e) => Some(Box::pin(self.close_and_refuse(held, e, false)).await),
+            // Nothing of the request ran: the client is told as a direct connection tells
+            // a cancelled request, and the server, left in an aborted block with the
+            // request's refusals (and any boarded behind it) still to come, is closed.
+            // The client's state goes in front of its next request, on its next server.
+            Event::StateCancelled(e) => {
+                crate::conn_log::server_closing(&held.info.0, &e.message);
+                held.close().await;
+                Box::pin(self.answer_unrun(e)).await
+            }
             Event::Timeout(e) => Some(Box::pin(self.close_and_refuse(held, e, true)).await),
             Event::TransactionInStatementMode => {
                 // The reply to the statement that opened the transaction is withheld:

@@ -5,13 +5,12 @@
 //! Likewise the read-back after a request of SETs (client::state) is written behind it,
 //! and its rows taken from what the server sends after the request's answer.
 
-use super::relay::{MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
+use super::relay::{Event, MAX_MESSAGE, PLAIN, TRAILING, UNSYNCED};
 use super::{prepare, Session, INTERNAL_QUERY_TIMEOUT, OWED};
 use crate::pool::{Lease, PoolMode};
 use crate::protocol::framer::Frame;
 use crate::protocol::{messages, PgError};
 use crate::server::ServerConn;
-use crate::sql::effects::{DEFAULTS, EXACT, PIN, UNPIN};
 
 /// What a read-back written behind a request has answered so far.
 #[derive(Default)]
@@ -138,19 +137,19 @@ impl Session {
         }
     }
 
-    /// After the client's request `frame` (a Query just framed): when it is only SETs
-    /// and RESETs of settings (sql::effects::only_settings) with nothing before it
-    /// outstanding, writes the read-back it calls for behind it, in the same write, so
-    /// that the session needs no round trip of its own to be read. The request can
-    /// neither open nor end a block, so the read-back runs in a transaction of its own,
-    /// after it, whatever it did. Not for what asks for more than settings by name (a
-    /// RESET ALL, a pin: the read-back then also acts on the client's session).
+    /// After the client's request `frame` (a Query just framed): when it is a whole
+    /// implicit transaction on an idle server (nothing before it outstanding, and no
+    /// statement in it that controls transactions or copies, sql::effects::stays_idle),
+    /// writes the read-back it calls for behind it, in the same write, so that the
+    /// session needs no round trip of its own to be read: after SETs, RESET ALL,
+    /// set_config(), DO. The read-back runs in a transaction of its own, after the
+    /// request, whatever it did; a read-back that fails there (cut by the client's new
+    /// statement_timeout, say) is run apart instead.
     pub(super) fn read_back_on_the_way(&mut self, frame: &Frame) -> bool {
         let x = &self.exchange;
         if x.has(TRAILING)
             || self.owed()
             || self.touched == 0
-            || self.touched & (EXACT | DEFAULTS | PIN | UNPIN) != 0
             || x.pending != 1
             || x.has(UNSYNCED)
             || x.status != b'I'
@@ -170,7 +169,7 @@ impl Session {
         else {
             return false;
         };
-        if !crate::sql::effects::only_settings(text) {
+        if !crate::sql::effects::stays_idle(text) {
             return false;
         }
         let Some(sql) = self.read_back_sql() else {
@@ -192,17 +191,14 @@ impl Session {
     }
 
     /// Removes the next message of the answer to Weir's query from what the server sent.
-    /// Ok(false) when it has not all come yet; Err(Some(error)) when the query failed
-    /// (the client's request behind it was refused), Err(None) when the server sent
+    /// Ok(false) when it has not all come yet; Err with what ends the relay when the
+    /// query failed (the client's request behind it was refused) or the server sent
     /// something that is no message.
-    pub(super) fn swallow_internal(
-        &mut self,
-        server: &mut ServerConn,
-    ) -> Result<bool, Option<PgError>> {
+    pub(super) fn swallow_internal(&mut self, server: &mut ServerConn) -> Result<bool, Event> {
         let frame = match self.sframe.next(&self.outbuf, MAX_MESSAGE, |_| true) {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(false),
-            Err(_) => return Err(None),
+            Err(_) => return Err(Event::ServerGone),
         };
         let body = frame.body.clone().unwrap_or_default();
         let body = self.outbuf.get(body).unwrap_or_default();
@@ -240,31 +236,65 @@ impl Session {
             self.remove_server_message(&frame);
             return Ok(true);
         }
-        let outcome = match frame.tag {
-            // BEGIN's answer: the rest's is still to come.
-            b'Z' if body.first() == Some(&b'T') => Ok(()),
-            b'Z' => {
-                self.ties &= !OWED;
-                // Without an error before it, the block was committed.
-                match body.first() {
-                    Some(b'I') => Ok(()),
-                    _ => Err(PgError::fatal(
-                        "08P01",
-                        "session state query left a transaction open",
-                    )),
-                }
+        let status = body.first().copied();
+        let cut = self.extras.as_mut().and_then(|x| x.state_cut.take());
+        let mut keep = None;
+        let outcome = match (frame.tag, cut) {
+            (b'E', None) if crate::protocol::error_code(body) == Some(b"57014".as_slice()) => {
+                keep = Some(StateCut::Cancelled(PgError::parse(body)));
+                Ok(())
             }
-            b'E' => {
+            (b'E', _) => {
                 let mut e = PgError::parse(body);
                 e.severity = "FATAL".into();
-                Err(e)
+                Err(Event::StateFailed(e))
+            }
+            // BEGIN's answer: the rest's is still to come.
+            (b'Z', None) if status == Some(b'T') => Ok(()),
+            // The block is aborted: PostgreSQL refuses the client's request behind (it
+            // does not begin by ending a block, see may_go_on_the_way), and everything
+            // after it.
+            (b'Z', Some(StateCut::Cancelled(e))) if status == Some(b'E') => {
+                Err(Event::StateCancelled(e))
+            }
+            // BEGIN itself was cancelled: the rest runs outside a block, as the
+            // transaction of its own Query, and its answers are still owed.
+            (b'Z', Some(StateCut::Cancelled(_))) => {
+                keep = Some(StateCut::BeginRefused);
+                Ok(())
+            }
+            (b'Z', _) => {
+                self.ties &= !OWED;
+                // Without an error before it, the block was committed.
+                match status {
+                    Some(b'I') => Ok(()),
+                    _ => Err(Event::StateFailed(PgError::fatal(
+                        "08P01",
+                        "session state query left a transaction open",
+                    ))),
+                }
             }
             // The values asked for, which the server was taken to hold when the query was
             // written. Not applied now: a request that boarded behind the client's since
             // has had its own taken in the same way, which these would overwrite.
-            _ => Ok(()),
+            (_, cut) => {
+                keep = cut;
+                Ok(())
+            }
         };
+        if keep.is_some() {
+            self.extras.get_or_insert_with(Box::default).state_cut = keep;
+        }
         self.remove_server_message(&frame);
-        outcome.map(|()| true).map_err(Some)
+        outcome.map(|()| true)
     }
+}
+
+/// A cancel (57014) that hit Weir's state query written in front of the client's request,
+/// until that query's ReadyForQuery says what it did.
+pub(super) enum StateCut {
+    /// Its error, to be given to the client once the block it aborted is seen.
+    Cancelled(PgError),
+    /// It hit BEGIN: the block never opened, and the rest of the query runs on its own.
+    BeginRefused,
 }

@@ -43,6 +43,8 @@ pub enum Event {
     Timeout(PgError),
     /// The query that put the server into the client's state (on_the_way) failed.
     StateFailed(PgError),
+    /// A cancel hit that query in its block: the request behind it was refused unrun.
+    StateCancelled(PgError),
 }
 
 /// What the relay knows of the exchange with the current server.
@@ -239,7 +241,10 @@ impl Session {
                 self.board(server);
             }
 
-            if self.outbuf.len() < HIGH_WATER {
+            // Past the high-water mark while Weir's own answers are owed: each is framed
+            // whole before it is removed (a state query's set_config() row holds the
+            // whole value, which may be larger), and the client gets nothing meanwhile.
+            if self.outbuf.len() < HIGH_WATER || self.owed() {
                 crate::bufpool::ensure(&mut self.outbuf);
                 match poll_read_buf(Pin::new(&mut server.stream), cx, &mut self.outbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -471,8 +476,7 @@ impl Session {
                 match self.swallow_internal(server) {
                     Ok(true) => continue,
                     Ok(false) => return Ok(()),
-                    Err(Some(e)) => return Err(Event::StateFailed(e)),
-                    Err(None) => return Err(Event::ServerGone),
+                    Err(ev) => return Err(ev),
                 }
             }
             if self.exchange.has(CARRYING) && self.exchange.pending == 0 {

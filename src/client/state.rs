@@ -236,8 +236,10 @@ impl Session {
             }
         }
         if !out.is_empty() {
-            self.outbuf.extend_from_slice(&out);
+            // Where the framing is: after the client's ReadyForQuery, also when this
+            // read-back's answer was taken from behind the request (on_the_way).
             let at = self.sframe.scanned();
+            super::prepare::splice(&mut self.outbuf, at..at, &out);
             self.sframe.rewritten(at, out.len());
         }
     }

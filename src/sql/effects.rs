@@ -627,12 +627,46 @@ mod tests {
 }
 
 /// Whether `sql` (a Query's text, without its NUL) is only SET and RESET statements of
-/// session settings: run alone, it can neither open nor end a transaction block, so a
-/// query written behind it in the same write runs in a transaction of its own (client::
-/// on_the_way reads the session back that way). Not SET LOCAL, SET TRANSACTION, SET
-/// SESSION CHARACTERISTICS or SET CONSTRAINTS; nothing with a backslash (see
-/// sql::pipeline).
+/// session settings: in the block a failed state query written in front of it leaves,
+/// PostgreSQL refuses its first statement and skips the rest (client::on_the_way). Not
+/// SET LOCAL, SET TRANSACTION, SET SESSION CHARACTERISTICS or SET CONSTRAINTS; nothing
+/// with a backslash (see sql::pipeline).
 pub fn only_settings(sql: &[u8]) -> bool {
+    let scoped = ["local", "transaction", "characteristics", "constraints"];
+    each_statement(sql, |w| {
+        matches!(w[0], "set" | "reset") && !w[1..].iter().any(|x| scoped.contains(x))
+    })
+}
+
+/// Whether a Query of `sql` (its text, without its NUL), run on an idle server, leaves it
+/// idle whatever happens in it, and reads nothing more from the client: none of its
+/// statements controls transactions (BEGIN, START, COMMIT, END, ROLLBACK and ABORT, which
+/// may chain, SAVEPOINT, RELEASE, PREPARE TRANSACTION) or copies (COPY ... FROM STDIN
+/// would take what follows for its data). A query written behind it in the same write
+/// then runs in a transaction of its own, after it, whatever it did (client::on_the_way
+/// reads the session back that way). Nothing with a backslash (see sql::pipeline).
+pub fn stays_idle(sql: &[u8]) -> bool {
+    each_statement(sql, |w| {
+        let control = matches!(
+            w[0],
+            "begin"
+                | "start"
+                | "commit"
+                | "end"
+                | "rollback"
+                | "abort"
+                | "savepoint"
+                | "release"
+                | "copy"
+        ) || (w[0] == "prepare" && w[1] == "transaction");
+        !control
+    })
+}
+
+/// Whether `sql` has a statement and `ok` holds for each, given its first three words
+/// (lower case, "" for what is no word). False for anything with a backslash (with
+/// standard_conforming_strings off one may hide a statement, see sql::pipeline).
+fn each_statement(sql: &[u8], ok: impl Fn(&[&str; 3]) -> bool) -> bool {
     if sql.contains(&b'\\') {
         return false;
     }
@@ -646,16 +680,49 @@ pub fn only_settings(sql: &[u8]) -> bool {
             Some(Tok::Word(w)) => w.as_str(),
             _ => "",
         };
-        if !matches!(word(0), "set" | "reset") {
-            return false;
-        }
-        let scoped = ["local", "transaction", "characteristics", "constraints"];
-        if (1..3).any(|i| scoped.contains(&word(i))) {
+        if !ok(&[word(0), word(1), word(2)]) {
             return false;
         }
         any = true;
     }
     any
+}
+
+#[cfg(test)]
+mod stays_idle_tests {
+    use super::stays_idle;
+
+    #[test]
+    fn no_transaction_control_and_no_copy() {
+        for yes in [
+            "SELECT set_config('myapp.x', 'y', false)",
+            "RESET ALL",
+            "reset all; set search_path to a",
+            "DO $$ BEGIN PERFORM set_config('a.b', 'c', false); COMMIT; END $$",
+            "select 'begin; commit' /* ; begin */; prepare p as select 1",
+            "DISCARD ALL",
+        ] {
+            assert!(stays_idle(yes.as_bytes()), "{yes}");
+        }
+        for no in [
+            "",
+            ";",
+            "BEGIN; SELECT set_config('a.b', 'c', false); COMMIT",
+            "select set_config('a.b', 'c', false); begin",
+            "START TRANSACTION",
+            "commit and chain",
+            "select 1; END",
+            "ROLLBACK AND CHAIN",
+            "abort",
+            "savepoint s",
+            "release s",
+            "PREPARE TRANSACTION 'x'",
+            "reset all; copy t from stdin",
+            "select E'\\'; begin",
+        ] {
+            assert!(!stays_idle(no.as_bytes()), "{no}");
+        }
+    }
 }
 
 #[cfg(test)]
