@@ -924,3 +924,62 @@ fn a_read_back_goes_behind_a_whole_implicit_transaction() {
         assert_eq!(a.query_one(seen), want, "after {request}");
     }
 }
+
+/// The answers to `n` requests: rows, SQLSTATEs, command tags, statuses.
+fn answers_of(c: &mut RawConn, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        for m in c.read_until_ready() {
+            match m.tag {
+                b'D' => out.push(format!("D{:?}", data_row(&m.body))),
+                b'E' => out.push(format!("E{}", parse_error(&m.body).code)),
+                b'C' => out.push(format!(
+                    "C{}",
+                    String::from_utf8_lossy(&m.body[..m.body.len() - 1])
+                )),
+                b'Z' => out.push(format!("Z{}", m.body[0] as char)),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// SQL EXECUTE of a protocol-level statement that is BEGIN (reachable with
+/// max_prepared_statements = 0) opens a block: no read-back may go behind it (it would
+/// run in the client's block, its guard taking the block's timeouts away).
+#[test]
+fn execute_of_a_protocol_begin_behind_read_back() {
+    let pg = PgServer::start();
+    let weir = Weir::builder()
+        .database(
+            "postgres",
+            &format!("host=127.0.0.1 port={} dbname=postgres", pg.port()),
+        )
+        .set("pool_mode", "transaction")
+        .set("default_pool_size", 1)
+        .set("max_prepared_statements", 0)
+        .start();
+    let mut a = client(&weir);
+    let mut d = RawConn::startup_minor(pg.port(), 0);
+    for c in [&mut a, &mut d] {
+        c.send(&[parse("s", "BEGIN"), sync()].concat());
+        let _ = answers_of(c, 1);
+    }
+    let batch = [
+        "SET statement_timeout = '1500ms'",
+        "SELECT set_config('enable_seqscan', 'off', false); EXECUTE s",
+        "SHOW statement_timeout",
+        "SELECT current_setting('myapp.q')",
+        "SELECT pg_catalog.txid_current_if_assigned() IS NULL",
+        "COMMIT",
+    ];
+    for q in batch {
+        a.send(&query(q));
+        d.send(&query(q));
+        let got = answers_of(&mut a, 1);
+        let want = answers_of(&mut d, 1);
+        eprintln!("{q}: weir {got:?} direct {want:?}");
+        assert_eq!(got, want, "{q}");
+    }
+}

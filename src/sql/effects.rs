@@ -658,6 +658,9 @@ pub fn stays_idle(sql: &[u8]) -> bool {
                 | "savepoint"
                 | "release"
                 | "copy"
+                // A statement prepared as BEGIN (with max_prepared_statements = 0,
+                // SQL EXECUTE reaches protocol-level names) opens a block.
+                | "execute"
         ) || (w[0] == "prepare" && w[1] == "transaction");
         !control
     })
