@@ -189,3 +189,77 @@ fn a_first_login_to_a_down_server_ends_at_query_wait_timeout() {
         weir.log_tail()
     );
 }
+
+/// Cuts every TCP connection to `port` on this machine (`ss -K`, as a network partition
+/// or a proxy restart would): Weir's sockets to PostgreSQL are gone.
+fn cut_connections_to(port: u16) {
+    let out = std::process::Command::new("ss")
+        .args(["-K", "dst", "127.0.0.1", "dport", "=", &port.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("ss (iproute2, scripts/install-deps) is needed: {e}"));
+    assert!(out.status.success(), "ss -K failed: {out:?}");
+}
+
+/// The server is lost while a large result streams to the client (a row half sent):
+/// the client is closed, as a direct connection is when its server dies mid-row, and
+/// gets no error glued inside the row (it used to wait for the rest of that "row" for
+/// good).
+#[test]
+fn a_server_lost_in_the_middle_of_a_row_closes_the_client() {
+    let pg = PgServer::start();
+    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    c.send(&common::proto::query(
+        "select g, repeat('x', 2000), case when g = 3000 then pg_sleep(3)::text end \
+         from generate_series(1, 4000) g",
+    ));
+    thread::sleep(Duration::from_millis(1000));
+    cut_connections_to(pg.port());
+    c.set_read_timeout(Duration::from_secs(20));
+    let mut rows = 0;
+    let end = loop {
+        match c.read_message() {
+            Ok(Some(m)) if m.tag == b'D' => rows += 1,
+            Ok(Some(m)) if m.tag == b'Z' => break "a ReadyForQuery".to_string(),
+            Ok(Some(m)) if m.tag == b'E' => {
+                let e = common::proto::parse_error(&m.body);
+                assert_eq!(e.code, "08006", "{}", e.message);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break "closed".to_string(),
+            Err(e) => break format!("{:?}", e.kind()),
+        }
+    };
+    assert!(rows < 4000, "the cut came after the whole result");
+    // Closed (a reset is also a close); a whole row-by-row answer with an error is fine
+    // too when the cut fell between two rows.
+    assert!(
+        end == "closed" || end == "ConnectionReset" || end == "a ReadyForQuery",
+        "after {rows} rows: {end}\n{}",
+        weir.log_tail()
+    );
+}
+
+/// Two queries written at once, the server lost under the first: the second, which
+/// never ran, gets an error too, not a ReadyForQuery alone (which says it succeeded).
+#[test]
+fn each_pipelined_query_on_a_lost_server_gets_an_error() {
+    let pg = PgServer::start();
+    pg.exec("create table t (x int)");
+    let weir = Weir::for_pg(&pg).set("pool_mode", "transaction").start();
+    let mut c = RawConn::startup(weir.port(), "postgres", "postgres", &[]).unwrap();
+    assert_eq!(c.query_one("select 1"), "1");
+    let mut two = common::proto::query("select pg_sleep(2)");
+    two.extend(common::proto::query("insert into t values (99)"));
+    c.send(&two);
+    thread::sleep(Duration::from_millis(500));
+    cut_connections_to(pg.port());
+    let tags = |c: &mut RawConn| -> String {
+        c.read_until_ready().iter().map(|m| m.tag as char).collect()
+    };
+    let (first, second) = (tags(&mut c), tags(&mut c));
+    assert_eq!((first.as_str(), second.as_str()), ("EZ", "EZ"));
+    thread::sleep(Duration::from_millis(2000));
+    assert_eq!(pg.psql("select count(*) from t").trim(), "0");
+}

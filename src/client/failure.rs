@@ -67,10 +67,12 @@ impl Session {
         pending
     }
 
-    /// One error for the `pending` requests, and a ReadyForQuery for each.
+    /// The error and a ReadyForQuery for each of the `pending` requests: a request
+    /// answered by a ReadyForQuery alone would look done (an INSERT that never ran).
     async fn answer_pending(&mut self, error: &PgError, pending: u32) -> Option<String> {
-        let mut out = crate::stats::error_response(error);
+        let mut out = bytes::BytesMut::new();
         for _ in 0..pending {
+            out.extend_from_slice(&crate::stats::error_response(error));
             messages::ready_for_query(&mut out, b'I');
         }
         if self.stream.write_all(&out).await.is_err() {

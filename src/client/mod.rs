@@ -552,6 +552,14 @@ impl Session {
                 Box::pin(self.finish_server(held)).await;
                 Some("client unexpected eof".into())
             }
+            // Part of a message (a row of a large result) already went to the client:
+            // nothing can follow it that the client would read as a message, so it is
+            // closed, as a direct connection is when its server dies mid-row.
+            Event::ServerGone if !self.sframe.at_boundary() => {
+                crate::conn_log::server_closing(&held.info.0, "server conn crashed?");
+                drop(held);
+                Some("server conn crashed in the middle of a message".into())
+            }
             // Not when extended-protocol messages (or bytes that are no message at all)
             // were left without their Sync: the client may never send one, and a server
             // that died of what it was sent is the client's doing.
