@@ -136,6 +136,16 @@ fn through_weir() -> (PgServer, Weir, RawConn, String) {
     (pg, weir, c, pid)
 }
 
+/// `through_weir`, then both servers taken and the client's given back: the client's
+/// next request runs on the server that never held its statements. Returns that
+/// server's pid, and the client holding the other server (kept to the end).
+fn on_the_other_server() -> (PgServer, Weir, RawConn, String, RawConn) {
+    let (pg, weir, c, pid) = through_weir();
+    let (keeper, mut other, other_pid) = hold_both(&weir, &pid);
+    other.simple_query("rollback").unwrap();
+    (pg, weir, c, other_pid, keeper)
+}
+
 /// The values in `sink`, in order.
 fn sink(pg: &PgServer) -> String {
     stored(pg, "select string_agg(v, ',' order by v) from sink")
@@ -150,9 +160,7 @@ fn direct_connection() {
 /// Through Weir, the client's statements are run on the server that never held them.
 #[test]
 fn through_weir_on_a_server_that_never_held_the_statement() {
-    let (pg, weir, mut c, pid) = through_weir();
-    let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
-    other.simple_query("rollback").unwrap();
+    let (pg, _weir, mut c, other_pid, _keeper) = on_the_other_server();
     after_ddl(&mut c);
     assert_eq!(
         c.query_one("select pg_backend_pid()"),
@@ -341,9 +349,7 @@ fn a_second_name_for_the_same_text_direct() {
 /// old plan itself).
 #[test]
 fn a_second_name_for_the_same_text_through_weir() {
-    let (pg, weir, mut c, pid) = through_weir();
-    let (_keeper, mut other, other_pid) = hold_both(&weir, &pid);
-    other.simple_query("rollback").unwrap();
+    let (pg, _weir, mut c, other_pid, _keeper) = on_the_other_server();
     second_name(&mut c);
     assert_eq!(c.query_one("select pg_backend_pid()"), other_pid);
     assert_eq!(sink(&pg), "41,44,46");

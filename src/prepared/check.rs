@@ -169,23 +169,22 @@ pub struct Settle {
 
 /// The request framed while queueing uses a statement the client described.
 pub fn described_ahead(p: &ClientStatements) -> bool {
-    uses_ahead(p).any(|(_, _, told)| told.is_some())
+    uses_ahead(p).any(|(_, told)| told.is_some())
 }
 
 /// The statements the request framed while queueing needs on the server it goes ahead
 /// to, with what the client was told of each use (pool::ahead compares).
 pub fn ahead_needs(p: &ClientStatements) -> Vec<(u64, Option<u64>)> {
     let mut needs: Vec<_> = p.ahead.iter().map(|d| (d.id, None)).collect();
-    needs.extend(uses_ahead(p).filter_map(|(_, id, t)| Some((id, Some(t?.hash)))));
+    needs.extend(uses_ahead(p).filter_map(|(id, t)| Some((id, Some(t?.hash)))));
     needs
 }
 
 /// Each Bind and Describe of a statement in the request framed while queueing: its
-/// index in the replies, its statement, and what the client was told of it by the name
-/// it used.
-fn uses_ahead(p: &ClientStatements) -> impl Iterator<Item = (usize, u64, Option<&Described>)> {
-    p.replies.iter().enumerate().filter_map(|(at, r)| match r {
-        Reply::SentAs(b'B' | b'D', id, name) => Some((at, *id, p.told(*id, name.as_deref()))),
+/// statement, and what the client was told of it by the name it used.
+fn uses_ahead(p: &ClientStatements) -> impl Iterator<Item = (u64, Option<&Described>)> {
+    p.replies.iter().filter_map(|r| match r {
+        Reply::SentAs(b'B' | b'D', id, name) => Some((*id, p.told(*id, name.as_deref()))),
         _ => None,
     })
 }
@@ -197,7 +196,7 @@ fn uses_ahead(p: &ClientStatements) -> impl Iterator<Item = (usize, u64, Option<
 pub fn to_settle(p: &ClientStatements, server: &mut ServerStatements) -> Vec<Settle> {
     let mut todo: Vec<Settle> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for (_, id, told) in uses_ahead(p) {
+    for (id, told) in uses_ahead(p) {
         let Some(told) = told else {
             continue;
         };
@@ -209,8 +208,8 @@ pub fn to_settle(p: &ClientStatements, server: &mut ServerStatements) -> Vec<Set
         };
         let held = server.touch(id);
         let all_told = uses_ahead(p)
-            .filter(|u| u.1 == id)
-            .all(|(_, _, t)| t.is_none_or(|t| server.described(id) == Some(t.hash)));
+            .filter(|u| u.0 == id)
+            .all(|(_, t)| t.is_none_or(|t| server.described(id) == Some(t.hash)));
         if held && all_told {
             continue;
         }
@@ -230,8 +229,8 @@ pub fn to_settle(p: &ClientStatements, server: &mut ServerStatements) -> Vec<Set
 }
 
 /// The server prepared a statement of `to_settle` and described it (`hash`). A
-/// statement PostgreSQL refused to prepare is left to the usual Parse in front of the
-/// request, whose error the client gets.
+/// statement PostgreSQL refused to prepare is left to the usual Parse at the start of
+/// the first batch that uses it (`rewrite::settle_ahead`), whose error the client gets.
 pub fn settled(p: &mut ClientStatements, server: &mut ServerStatements, s: &Settle, hash: u64) {
     p.counts.server_parses += 1;
     server.insert(&s.def);
